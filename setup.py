@@ -1,0 +1,40 @@
+"""hvdcls: Horovod-based image classification training for PyTorch and TensorFlow.
+
+Install with `make setup`, which also builds the matching Horovod wheel; see README.md.
+"""
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+
+def requirements(name: str) -> list[str]:
+    """Pinned requirements shared with `make setup` (requirements/*.txt)."""
+    lines = Path(__file__).with_name("requirements").joinpath(f"{name}.txt").read_text().splitlines()
+    return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
+
+
+setup(
+    name="hvdcls",
+    version="0.1.0",
+    description="Horovod-based, framework-agnostic image classification training",
+    long_description=Path(__file__).with_name("README.md").read_text(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11,<3.12",
+    packages=find_packages(include=["hvdcls", "hvdcls.*", "torch_backend", "torch_backend.*",
+                                    "tf_backend", "tf_backend.*"]),
+    install_requires=requirements("core"),
+    extras_require={
+        # Horovod itself is not listed: PyPI's 0.28.1 does not build against these frameworks
+        # without our build step (tools/horovod_wheel.py, run by `make setup`).
+        "torch": requirements("torch"),
+        "tensorflow": requirements("tensorflow"),
+        "tensorflow-gpu": requirements("tensorflow-gpu"),
+        "mpi": ["mpi4py>=4"],
+        "test": requirements("test"),
+    },
+    entry_points={"console_scripts": ["hvdcls = hvdcls.cli:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3.11",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)
