@@ -1,0 +1,154 @@
+"""The Horovod build recipe: standard detection, the compiler launcher, the cache key."""
+import dataclasses
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import horovod_wheel as hw
+
+LAUNCHER = str(hw.LAUNCHER)
+
+
+def fake_torch(tmp_path: Path, header: str, version_py: str = "cuda = None\n") -> Path:
+    torch_dir = tmp_path / "torch"
+    (torch_dir / "include" / "ATen").mkdir(parents=True)
+    (torch_dir / "include" / "ATen" / "ATen.h").write_text(header)
+    (torch_dir / "version.py").write_text(version_py)
+    return torch_dir
+
+
+@pytest.mark.parametrize("header, expected", [
+    ("#if !defined(__cplusplus) || __cplusplus < 202002L\n"
+     "#error C++20 or later compatible compiler is required to use ATen.\n#endif\n", "20"),
+    ("#error C++17 or later compatible compiler is required to use ATen.\n", "17"),
+    ("// an older torch that states nothing\n", "17"),
+])
+def test_required_cxx_standard_follows_torch_headers(tmp_path, header, expected):
+    assert hw.required_cxx_standard(fake_torch(tmp_path, header)) == expected
+
+
+def test_torch_cuda_version_read_without_import(tmp_path):
+    torch_dir = fake_torch(tmp_path, "", "__version__ = '2.14.1'\ncuda: Optional[str] = '13.0'\n")
+    assert hw.torch_cuda_version(torch_dir) == "13.0"
+    assert hw.torch_cuda_version(fake_torch(tmp_path / "cpu", "", "cuda = None\n")) == ""
+
+
+def launch(*args: str, std: str = "20") -> list[str]:
+    """Run the launcher with `echo` as the compiler: it prints the command it would run."""
+    out = subprocess.run(["sh", LAUNCHER, "echo", *args], capture_output=True, text=True,
+                         check=True, env={"HVDCLS_CXX_STD": std, "PATH": "/usr/bin:/bin"})
+    return out.stdout.split()
+
+
+def test_launcher_lifts_only_cxx14():
+    assert launch("-O3", "-std=gnu++14", "-c", "a.cc") == ["-O3", "-std=gnu++20", "-c", "a.cc"]
+    assert launch("-std=c++14", "x y.cc") == ["-std=c++20", "x", "y.cc"]
+    assert launch("-std=gnu++17", "-c", "tf.cc") == ["-std=gnu++17", "-c", "tf.cc"]
+    assert launch("-std=gnu++14", std="17") == ["-std=gnu++17"]
+
+
+def test_launcher_refuses_to_guess_the_standard():
+    result = subprocess.run(["sh", LAUNCHER, "echo", "-std=gnu++14"], capture_output=True,
+                            text=True, env={"PATH": "/usr/bin:/bin"})
+    assert result.returncode != 0 and "HVDCLS_CXX_STD" in result.stderr
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_launcher_really_compiles_cxx20_code_asked_as_cxx14(tmp_path):
+    """What Horovod's torch target asks for (-std=gnu++14) must reach g++ as C++20."""
+    source = tmp_path / "needs20.cc"
+    source.write_text("#if __cplusplus < 202002L\n#error not C++20\n#endif\n"
+                      "#include <span>\nint main() { int a[2] = {1, 2}; return std::span(a).size() - 2; }\n")
+    cmd = ["sh", LAUNCHER, "g++", "-std=gnu++14", str(source), "-o", str(tmp_path / "a.out")]
+    plain = subprocess.run(cmd[2:], capture_output=True, text=True)
+    assert plain.returncode != 0  # without the launcher it cannot build
+    subprocess.run(cmd, check=True, env={"HVDCLS_CXX_STD": "20", "PATH": "/usr/bin:/bin"})
+    assert subprocess.run([str(tmp_path / "a.out")]).returncode == 0
+
+
+def inputs(**changes) -> hw.BuildInputs:
+    base = hw.BuildInputs(horovod="0.28.1", python="cp311", platform="linux_x86_64",
+                          torch="2.14.1", tensorflow="2.18.1", cxx_std="20",
+                          mpi="mpirun (Open MPI) 4.1.4", cuda_home="/usr/local/cuda",
+                          gpu_operations="", nccl="", recipe="abc")
+    return dataclasses.replace(base, **changes)
+
+
+def test_cache_key_is_stable_and_readable():
+    key = inputs().key()
+    assert key == inputs().key()
+    assert key.startswith("horovod-0.28.1-cp311-linux_x86_64-torch2.14.1-tf2.18.1-cpu-")
+
+
+@pytest.mark.parametrize("change", [
+    {"torch": "2.13.0"}, {"tensorflow": "2.17.1"}, {"python": "cp312"}, {"cxx_std": "17"},
+    {"mpi": "mpirun (Open MPI) 5.0.3"}, {"cuda_home": ""}, {"gpu_operations": "NCCL"},
+    {"nccl": "nvidia-nccl==2.30.7"},
+    {"recipe": "def"}, {"horovod": "0.28.0"},
+])
+def test_cache_key_changes_with_every_build_input(change):
+    assert inputs(**change).key() != inputs().key()
+
+
+def test_gpu_build_is_named_as_such():
+    assert "-nccl-" in inputs(gpu_operations="NCCL").key()
+
+
+def test_build_environment_lifts_standard_and_finds_cuda(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("HOROVOD_CUDA_HOME", raising=False)
+    env = hw.build_environment(inputs(), tmp_path)
+    assert env["CMAKE_CXX_COMPILER_LAUNCHER"] == LAUNCHER and env["HVDCLS_CXX_STD"] == "20"
+    assert env["CUDA_HOME"] == env["HOROVOD_CUDA_HOME"] == "/usr/local/cuda"
+    for flag in ("HOROVOD_WITH_PYTORCH", "HOROVOD_WITH_TENSORFLOW", "HOROVOD_WITH_GLOO",
+                 "HOROVOD_WITH_MPI", "HOROVOD_WITHOUT_MXNET"):
+        assert env[flag] == "1"
+    assert "HOROVOD_GPU_OPERATIONS" not in env  # the CPU build leaves NCCL off
+
+
+def test_build_ignores_horovod_variables_left_in_the_shell(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOROVOD_WITHOUT_PYTORCH", "1")
+    monkeypatch.setenv("HOROVOD_GPU_OPERATIONS", "NCCL")
+    env = hw.build_environment(inputs(), tmp_path)
+    assert "HOROVOD_WITHOUT_PYTORCH" not in env and "HOROVOD_GPU_OPERATIONS" not in env
+    assert "HOROVOD_CUDA_HOME" not in hw.build_environment(inputs(cuda_home=""), tmp_path)
+
+
+def test_cached_wheel_is_reused_without_building(tmp_path, monkeypatch):
+    target = tmp_path / "wheels" / inputs().key()
+    target.mkdir(parents=True)
+    wheel = target / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"")
+    monkeypatch.setattr(hw, "build_wheel", lambda *a: pytest.fail("must not rebuild"))
+    assert hw.cached_wheel(tmp_path, inputs(), rebuild=False) == wheel
+
+
+def test_interrupted_build_leaves_no_cache_entry(tmp_path, monkeypatch):
+    monkeypatch.setattr(hw, "fetch_sdist", lambda cache: tmp_path / "horovod-0.28.1.tar.gz")
+
+    def failing_build(cmd, log, env):
+        raise hw.SetupError("compiler died")
+
+    monkeypatch.setattr(hw, "run_logged", failing_build)
+    with pytest.raises(hw.SetupError):
+        hw.cached_wheel(tmp_path, inputs(), rebuild=False)
+    assert not (tmp_path / "wheels" / inputs().key()).exists()
+    assert not list(tmp_path.glob(".build-*"))
+
+
+def fake_toolkit(root: Path) -> Path:
+    (root / "include").mkdir(parents=True)
+    (root / "include" / "cuda_runtime.h").write_text("")
+    return root
+
+
+def test_cuda_home_skips_an_nvcc_wrapper_without_headers(tmp_path, monkeypatch):
+    """/usr/local/bin/nvcc as a wrapper script must not make /usr/local the toolkit."""
+    toolkit = fake_toolkit(tmp_path / "cuda-13.0")
+    monkeypatch.setenv("CUDA_HOME", str(toolkit))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    assert hw.cuda_toolkit_home() == str(toolkit)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "not-a-toolkit"))
+    assert hw.cuda_toolkit_home() != str(tmp_path / "not-a-toolkit")

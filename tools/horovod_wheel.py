@@ -1,0 +1,365 @@
+"""Build (once) and install the Horovod 0.28.1 wheel that matches this environment.
+
+Run with the virtual environment's Python, after torch and TensorFlow are installed:
+
+    .venv/bin/python tools/horovod_wheel.py            # CPU hosts: Gloo + MPI
+    .venv/bin/python tools/horovod_wheel.py --gpu      # GPU hosts: + NCCL (needs a GPU TensorFlow)
+    .venv/bin/python tools/horovod_wheel.py --print-key
+
+Horovod's last release does not build as shipped against current PyTorch: its torch
+extension is pinned to C++14 while torch 2.14's headers demand C++20. We lift the standard
+in our build step (tools/cxx_std_launcher.sh, given to CMake as CMAKE_CXX_COMPILER_LAUNCHER)
+instead of forking Horovod. The wheel is cached outside the repository, keyed by everything
+it was built against (Horovod, torch, TensorFlow, Python, MPI, CUDA, flags, this recipe), so a
+second setup on the same machine installs it in seconds.
+
+Standard library only: this runs before our own package is installed.
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata, util
+from pathlib import Path
+
+HOROVOD_VERSION = "0.28.1"
+TOOLS_DIR = Path(__file__).resolve().parent
+LAUNCHER = TOOLS_DIR / "cxx_std_launcher.sh"
+# Written into the venv after a successful install; a matching key means nothing to do.
+STAMP_NAME = "hvdcls-horovod-build.json"
+# torch's headers say which standard they need: `#error C++20 or later compatible compiler ...`
+CXX_ERROR_RE = re.compile(r"#error C\+\+(\d+) or later compatible compiler")
+RECIPE_VERSION = 1
+FIXED_FLAGS = {
+    "HOROVOD_WITH_PYTORCH": "1",
+    "HOROVOD_WITH_TENSORFLOW": "1",
+    "HOROVOD_WITH_GLOO": "1",
+    "HOROVOD_WITH_MPI": "1",
+    "HOROVOD_WITHOUT_MXNET": "1",
+}
+
+
+class SetupError(Exception):
+    """A problem the user can fix; printed as one line."""
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    """Everything the Horovod binary depends on; its hash names the cached wheel."""
+
+    horovod: str
+    python: str
+    platform: str
+    torch: str
+    tensorflow: str
+    cxx_std: str
+    mpi: str
+    cuda_home: str
+    gpu_operations: str
+    nccl: str
+    recipe: str
+
+    def key(self) -> str:
+        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        variant = "nccl" if self.gpu_operations == "NCCL" else "cpu"
+        return (f"horovod-{self.horovod}-{self.python}-{self.platform}-torch{self.torch}"
+                f"-tf{self.tensorflow}-{variant}-{digest}").replace("+", "_")
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("HVDCLS_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "hvdcls")
+    return Path(base)
+
+
+def distribution_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def tensorflow_version() -> str:
+    for dist in ("tensorflow-cpu", "tensorflow", "tf-nightly"):
+        version = distribution_version(dist)
+        if version:
+            return version
+    return ""
+
+
+def package_dir(name: str) -> Path | None:
+    """Where a package lives, found without importing it (importing torch costs seconds)."""
+    spec = util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def required_cxx_standard(torch_dir: Path) -> str:
+    """The C++ standard the installed torch headers insist on (17 when they do not say)."""
+    header = torch_dir / "include" / "ATen" / "ATen.h"
+    try:
+        match = CXX_ERROR_RE.search(header.read_text(errors="replace"))
+    except OSError:
+        match = None
+    return match.group(1) if match else "17"
+
+
+def torch_cuda_version(torch_dir: Path) -> str:
+    """torch.version.cuda, read from the file so torch is not imported."""
+    text = (torch_dir / "version.py").read_text(errors="replace")
+    match = re.search(r"^cuda(?:: \S+)? = '([^']+)'", text, re.MULTILINE)
+    return match.group(1) if match else ""
+
+
+def is_cuda_toolkit(path: str) -> bool:
+    return bool(path) and Path(path, "include", "cuda_runtime.h").exists()
+
+
+def cuda_toolkit_home() -> str:
+    """The CUDA toolkit to build against when torch is a CUDA build.
+
+    torch's cpp_extension takes `nvcc`'s grandparent directory, which is wrong when `nvcc` is
+    a wrapper script (/usr/local/bin/nvcc gives /usr/local); we require the headers to be there.
+    """
+    nvcc = shutil.which("nvcc")
+    candidates = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda",
+                  str(Path(nvcc).resolve().parent.parent) if nvcc else ""]
+    found = next((c for c in candidates if is_cuda_toolkit(c)), "")
+    if not found and nvcc:
+        raise SetupError(f"torch is a CUDA build and {nvcc} exists, but no CUDA toolkit with "
+                         "include/cuda_runtime.h was found: set CUDA_HOME to it")
+    return found
+
+
+def command_first_line(*cmd: str) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = (out.stdout or out.stderr).strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+def recipe_digest() -> str:
+    """Changing how we build must invalidate wheels built the old way.
+
+    Covers the compiler launcher, the fixed build flags and RECIPE_VERSION (bump it when the
+    build logic here changes); not this file's text, so editing a comment costs no rebuild.
+    """
+    digest = hashlib.sha256(LAUNCHER.read_bytes())
+    digest.update(json.dumps([RECIPE_VERSION, FIXED_FLAGS], sort_keys=True).encode())
+    return digest.hexdigest()[:12]
+
+
+def collect_inputs(gpu: bool) -> BuildInputs:
+    torch_dir = package_dir("torch")
+    torch = distribution_version("torch")
+    tensorflow = tensorflow_version()
+    if torch_dir is None or not torch:
+        raise SetupError("torch is not installed in this environment: run `make setup` first")
+    if not tensorflow:
+        raise SetupError("tensorflow is not installed in this environment: run `make setup` first")
+    mpi = command_first_line("mpirun", "--version")
+    if not mpi:
+        raise SetupError("mpirun not found: install OpenMPI (`apt-get install openmpi-bin "
+                         "libopenmpi-dev`) or run `make setup`, which does it")
+    cuda_home = cuda_toolkit_home() if torch_cuda_version(torch_dir) else ""
+    return BuildInputs(
+        horovod=HOROVOD_VERSION,
+        python=f"cp{sys.version_info.major}{sys.version_info.minor}",
+        platform=f"{platform.system().lower()}_{platform.machine()}",
+        torch=torch,
+        tensorflow=tensorflow,
+        cxx_std=required_cxx_standard(torch_dir),
+        mpi=mpi,
+        cuda_home=cuda_home,
+        gpu_operations="NCCL" if gpu else "",
+        nccl=nccl_source() if gpu else "",
+        recipe=recipe_digest(),
+    )
+
+
+def nccl_source() -> str:
+    """Which NCCL a GPU build links: the user's HOROVOD_NCCL_HOME, else torch's wheel."""
+    if os.environ.get("HOROVOD_NCCL_HOME"):
+        return os.environ["HOROVOD_NCCL_HOME"]
+    version = distribution_version("nvidia-nccl-cu13") or distribution_version("nvidia-nccl-cu12")
+    return f"nvidia-nccl=={version}" if version else ""
+
+
+def nccl_home(cache_dir: Path) -> Path:
+    """An NCCL prefix Horovod's CMake accepts, made from the nvidia-nccl wheel torch brings.
+
+    The wheel ships only `libnccl.so.2`; CMake's find_library looks for `libnccl.so`, so we
+    lay out include/ and lib/ with links in our cache rather than touching site-packages.
+    """
+    if os.environ.get("HOROVOD_NCCL_HOME"):
+        return Path(os.environ["HOROVOD_NCCL_HOME"])
+    nvidia = package_dir("nvidia")
+    source = next((p for p in (nvidia / "nccl", nvidia / "cu13", nvidia / "cu12")
+                   if (p / "include" / "nccl.h").exists()), None) if nvidia else None
+    if source is None:
+        raise SetupError("GPU build needs NCCL: no nccl.h under the nvidia-nccl wheel; "
+                         "install a CUDA build of torch or set HOROVOD_NCCL_HOME")
+    home = cache_dir / "nccl" / nccl_source().replace("==", "-").replace("+", "_")
+    (home / "lib").mkdir(parents=True, exist_ok=True)
+    if not (home / "include").exists():
+        (home / "include").symlink_to(source / "include")
+    link = home / "lib" / "libnccl.so"
+    if not link.exists():
+        link.symlink_to(source / "lib" / "libnccl.so.2")
+    return home
+
+
+def build_environment(inputs: BuildInputs, cache_dir: Path) -> dict[str, str]:
+    # Horovod reads many HOROVOD_* variables at build time; one left in the user's shell
+    # (HOROVOD_WITHOUT_PYTORCH, HOROVOD_GPU_OPERATIONS...) would change the build behind
+    # the cache key's back, so only ours reach it.
+    env = {name: value for name, value in os.environ.items() if not name.startswith("HOROVOD_")}
+    env.update(FIXED_FLAGS)
+    env.update({
+        "CMAKE_CXX_COMPILER_LAUNCHER": str(LAUNCHER),
+        "HVDCLS_CXX_STD": inputs.cxx_std,
+        # Horovod's setup.py runs make -j8 unless MAKEFLAGS is set; match the machine instead.
+        "MAKEFLAGS": f"-j{os.cpu_count() or 2}",
+    })
+    if inputs.cuda_home:
+        # A CUDA build of torch makes Horovod's torch part look for the toolkit; without both
+        # variables CMake reports `Could NOT find CUDAToolkit`.
+        env["CUDA_HOME"] = env["HOROVOD_CUDA_HOME"] = inputs.cuda_home
+    if inputs.gpu_operations:
+        env["HOROVOD_GPU_OPERATIONS"] = inputs.gpu_operations
+        env["HOROVOD_NCCL_HOME"] = str(nccl_home(cache_dir))
+        env["HOROVOD_NCCL_LINK"] = "SHARED"
+    return env
+
+
+def fetch_sdist(cache_dir: Path) -> Path:
+    sdist_dir = cache_dir / "sdist"
+    found = sorted(sdist_dir.glob(f"horovod-{HOROVOD_VERSION}.tar.gz"))
+    if found:
+        return found[0]
+    sdist_dir.mkdir(parents=True, exist_ok=True)
+    run_logged([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                f"horovod=={HOROVOD_VERSION}", "-d", str(sdist_dir)],
+               cache_dir / "logs" / "sdist-download.log", os.environ.copy())
+    return next(sdist_dir.glob(f"horovod-{HOROVOD_VERSION}.tar.gz"))
+
+
+def run_logged(cmd: list[str], log: Path, env: dict[str, str]) -> None:
+    """Run a long command with its output in a log; on failure, show the log's tail."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as handle:
+        result = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
+    if result.returncode != 0:
+        tail = log.read_text(errors="replace").splitlines()[-40:]
+        print("\n".join(tail), file=sys.stderr)
+        raise SetupError(f"`{' '.join(cmd[:4])} ...` failed (exit {result.returncode}); full log: {log}")
+
+
+def build_wheel(inputs: BuildInputs, cache_dir: Path, target: Path) -> Path:
+    sdist = fetch_sdist(cache_dir)
+    log = cache_dir / "logs" / f"{inputs.key()}.log"
+    print(f"[setup] building Horovod {inputs.horovod} against torch {inputs.torch}, TensorFlow "
+          f"{inputs.tensorflow}, C++{inputs.cxx_std}{', NCCL' if inputs.gpu_operations else ''} "
+          f"(several minutes; log: {log})", flush=True)
+    started = time.monotonic()
+    scratch = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_dir))
+    scratch.chmod(0o755)  # the cache may be shared by several users of one machine
+    try:
+        run_logged([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
+                    "--no-cache-dir", "-w", str(scratch), str(sdist)],
+                   log, build_environment(inputs, cache_dir))
+        built = next(scratch.glob("horovod-*.whl"))
+        info = {"inputs": asdict(inputs), "key": inputs.key(), "wheel": built.name,
+                "build_seconds": round(time.monotonic() - started, 1),
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        (scratch / "build-info.json").write_text(json.dumps(info, indent=2) + "\n")
+        # Rename the finished directory into place so a killed build never looks cached.
+        os.replace(scratch, target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"[setup] Horovod wheel built in {info['build_seconds']} s, cached in {target}", flush=True)
+    return next(target.glob("horovod-*.whl"))
+
+
+def cached_wheel(cache_dir: Path, inputs: BuildInputs, rebuild: bool) -> Path:
+    wheels = cache_dir / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    target = wheels / inputs.key()
+    # One build at a time per cache: a second `make setup` waits instead of racing.
+    with (wheels / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if rebuild and target.exists():
+            shutil.rmtree(target)
+        found = sorted(target.glob("horovod-*.whl")) if target.exists() else []
+        if found:
+            print(f"[setup] reusing cached Horovod wheel {target.name}", flush=True)
+            return found[0]
+        return build_wheel(inputs, cache_dir, target)
+
+
+def venv_stamp() -> Path:
+    return Path(sys.prefix) / STAMP_NAME
+
+
+def installed_key() -> str:
+    try:
+        return json.loads(venv_stamp().read_text()).get("key", "")
+    except (OSError, ValueError):
+        return ""
+
+
+def install_wheel(wheel: Path) -> None:
+    pip = [sys.executable, "-m", "pip", "install", "--quiet"]
+    # Replace whatever Horovod is there, without touching the frameworks...
+    subprocess.run([*pip, "--no-deps", "--force-reinstall", str(wheel)], check=True)
+    # ...then add the runtime dependencies horovodrun needs (psutil, cloudpickle, pyyaml).
+    subprocess.run([*pip, str(wheel)], check=True)
+    info = json.loads((wheel.parent / "build-info.json").read_text())
+    venv_stamp().write_text(json.dumps(info, indent=2) + "\n")
+
+
+def ensure(gpu: bool, cache_dir: Path, rebuild: bool) -> None:
+    inputs = collect_inputs(gpu)
+    key = inputs.key()
+    if not rebuild and installed_key() == key and distribution_version("horovod") == HOROVOD_VERSION:
+        print(f"[setup] Horovod {HOROVOD_VERSION} already installed ({key})", flush=True)
+        return
+    wheel = cached_wheel(cache_dir, inputs, rebuild)
+    install_wheel(wheel)
+    print(f"[setup] installed {wheel.name} ({key})", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpu", action="store_true", help="build with NCCL for GPU hosts")
+    parser.add_argument("--cache-dir", type=Path, default=default_cache_dir())
+    parser.add_argument("--rebuild", action="store_true", help="ignore the cached wheel")
+    parser.add_argument("--print-key", action="store_true", help="print the cache key and exit")
+    args = parser.parse_args(argv)
+    try:
+        if args.print_key:
+            print(collect_inputs(args.gpu).key())
+            return 0
+        ensure(args.gpu, args.cache_dir, args.rebuild)
+    except SetupError as err:
+        print(f"[setup] error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

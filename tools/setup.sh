@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# One-command, idempotent set-up: `make setup` (CPU hosts) or `make setup GPU=1` (GPU hosts).
+#
+#   1. OpenMPI, a C++ compiler and CMake from Debian's packages, installed when missing;
+#   2. a virtual environment (.venv) with torch + torchvision, TensorFlow (Keras 3), mpi4py
+#      built against that OpenMPI, the test tools, and this package (editable);
+#   3. Horovod 0.28.1 built for this exact environment by tools/horovod_wheel.py, cached
+#      under ~/.cache/hvdcls/wheels and reused on the next run.
+#
+# Each step records what it installed (a stamp keyed by the requirement files), so a second
+# run does nothing and takes seconds. Environment: VENV, PYTHON, GPU=1, HVDCLS_CACHE.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+VENV="${VENV:-.venv}"
+PYTHON="${PYTHON:-python3}"
+GPU="${GPU:-0}"
+started=$(date +%s)
+
+say() { echo "[setup] $*"; }
+die() { echo "[setup] error: $*" >&2; exit 2; }
+
+system_packages_missing() {
+    local missing=()
+    command -v mpirun >/dev/null || missing+=(openmpi-bin)
+    command -v mpicxx >/dev/null || missing+=(libopenmpi-dev)
+    command -v g++ >/dev/null || missing+=(g++)
+    command -v cmake >/dev/null || missing+=(cmake)
+    command -v make >/dev/null || missing+=(make)
+    # horovodrun reaches other hosts (and checks local ones) through ssh.
+    command -v ssh >/dev/null || missing+=(openssh-client)
+    echo "${missing[@]:-}"
+}
+
+install_system_packages() {
+    local missing
+    missing=$(system_packages_missing)
+    [ -z "$missing" ] && return 0
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo -n true 2>/dev/null || die "missing system packages ($missing) and no root: run \`sudo apt-get install $missing\`, then \`make setup\` again"
+        sudo="sudo -n"
+    fi
+    command -v apt-get >/dev/null || die "missing system packages ($missing) and no apt-get: install OpenMPI, g++ and CMake with your package manager"
+    say "installing Debian packages as root: $missing"
+    $sudo apt-get update -qq || die "apt-get update failed: check the package mirror"
+    # shellcheck disable=SC2086  # word splitting of the package list is intended
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null \
+        || die "apt-get install $missing failed"
+}
+
+ensure_venv() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        command -v "$PYTHON" >/dev/null || die "$PYTHON not found: install Python 3.11"
+        "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+            || die "Python 3.11 is required (torch 2.14.1 + tensorflow-cpu 2.18.1 + Horovod 0.28.1); found $("$PYTHON" --version 2>&1). Set PYTHON=python3.11"
+        say "creating $VENV"
+        "$PYTHON" -m venv "$VENV"
+        "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    fi
+}
+
+requirement_files() {
+    local tf=requirements/tensorflow.txt
+    [ "$GPU" = 1 ] && tf=requirements/tensorflow-gpu.txt
+    echo requirements/core.txt requirements/torch.txt "$tf" requirements/test.txt
+}
+
+ensure_python_packages() {
+    local files stamp
+    files=$(requirement_files)
+    # shellcheck disable=SC2086
+    stamp="$VENV/.hvdcls-deps-$(cat $files setup.py | sha256sum | cut -c1-16)"
+    if [ -f "$stamp" ]; then
+        say "Python packages up to date"
+        return 0
+    fi
+    say "installing Python packages ($files)"
+    local args=()
+    for f in $files; do args+=(-r "$f"); done
+    "$VENV/bin/python" -m pip install --quiet "${args[@]}" || die "pip install failed (see above)"
+    # Built from source against the system OpenMPI: PyPI's binary wheels bundle another MPI.
+    "$VENV/bin/python" -m pip install --quiet --no-binary mpi4py "mpi4py>=4" || die "mpi4py failed to build against OpenMPI"
+    "$VENV/bin/python" -m pip install --quiet --no-deps -e . || die "installing hvdcls failed"
+    rm -f "$VENV"/.hvdcls-deps-*
+    touch "$stamp"
+}
+
+ensure_horovod() {
+    local flags=()
+    [ "$GPU" = 1 ] && flags+=(--gpu)
+    "$VENV/bin/python" tools/horovod_wheel.py "${flags[@]}"
+}
+
+install_system_packages
+ensure_venv
+ensure_python_packages
+ensure_horovod
+say "done in $(( $(date +%s) - started )) s ($VENV ready; \`$VENV/bin/hvdcls doctor\` checks it)"
