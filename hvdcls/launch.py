@@ -1,0 +1,83 @@
+"""Command lines for Horovod's launchers: `horovodrun` (Gloo or MPI) and plain `mpirun`.
+
+Framework-free. Used by `hvdcls demo`, `hvdcls doctor --smoke` and the parallel tests, so
+that what we test is exactly what we tell users to type.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+# Environment every rank needs under mpirun (horovodrun forwards the whole environment).
+MPI_FORWARDED_ENV = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "OMP_NUM_THREADS",
+                     "TF_CPP_MIN_LOG_LEVEL", "HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME")
+
+
+def venv_tool(name: str) -> str:
+    """A console script installed beside the running interpreter, else the one on PATH."""
+    candidate = Path(sys.executable).with_name(name)
+    return str(candidate) if candidate.exists() else (shutil.which(name) or name)
+
+
+def hosts_arg(hosts: dict[str, int]) -> str:
+    """{'host1': 4, 'host2': 4} -> 'host1:4,host2:4' (the -H syntax of both launchers)."""
+    return ",".join(f"{host}:{slots}" for host, slots in hosts.items())
+
+
+def horovodrun(np: int, command: list[str], hosts: dict[str, int] | None = None,
+               controller: str = "gloo") -> list[str]:
+    """`horovodrun -np N -H h:s,... --gloo|--mpi COMMAND`."""
+    hosts = hosts or {"localhost": np}
+    return [venv_tool("horovodrun"), "-np", str(np), "-H", hosts_arg(hosts),
+            f"--{controller}", *command]
+
+
+def mpirun(np: int, command: list[str], hosts: dict[str, int] | None = None,
+           env: dict[str, str] | None = None, extra_env: tuple[str, ...] = ()) -> list[str]:
+    """The OpenMPI command line Horovod's documentation recommends.
+
+    `-bind-to none -map-by slot` lets each rank use its own threads; `-mca pml ob1 -mca btl
+    ^openib` avoids the InfiniBand transport that hangs on hosts without it. Variables named
+    in MPI_FORWARDED_ENV (and `extra_env`) that are set in `env` are passed on with `-x`.
+    """
+    env = os.environ if env is None else env
+    hosts = hosts or {"localhost": np}
+    cmd = [shutil.which("mpirun") or "mpirun", "-np", str(np), "-H", hosts_arg(hosts),
+           "-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "^openib"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")  # containers and CI run as root
+    for name in (*MPI_FORWARDED_ENV, *extra_env):
+        if name in env:
+            cmd += ["-x", name]
+    return cmd + command
+
+
+LAUNCHERS = ("horovodrun", "mpirun")
+
+
+def local_job(launcher: str, np: int, command: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Command line and environment for `np` ranks of `command` on this machine."""
+    env = single_host_env()
+    if launcher == "horovodrun":
+        return horovodrun(np, command), env
+    if launcher == "mpirun":
+        return mpirun(np, command, env=env), env
+    raise ValueError(f"unknown launcher {launcher!r}: choose one of {', '.join(LAUNCHERS)}")
+
+
+def hvdcls_command(*args: str) -> list[str]:
+    """Run our CLI with the same interpreter, so every rank sees the same environment."""
+    return [sys.executable, "-m", "hvdcls", *args]
+
+
+def single_host_env(threads_per_rank: int = 1) -> dict[str, str]:
+    """Environment for several ranks sharing one machine: one compute thread each.
+
+    Without this every rank starts a thread per core and they fight over the CPUs.
+    """
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(threads_per_rank))
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
