@@ -1,0 +1,38 @@
+"""The core must not import a framework or a Horovod binding (STYLE.md, rule 1)."""
+import json
+import pkgutil
+import subprocess
+import sys
+
+import hvdcls
+
+FORBIDDEN = ("torch", "tensorflow", "keras", "horovod")
+
+
+def modules_loaded_after(code: str) -> set[str]:
+    probe = code + "\nimport json, sys; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def frameworks_in(modules: set[str]) -> set[str]:
+    return {m for m in modules if m.split(".")[0] in FORBIDDEN}
+
+
+def test_help_imports_no_framework():
+    code = ("from hvdcls.cli import main\n"
+            "for argv in (['--help'], ['doctor', '--help'], ['smoke', '--help'], ['demo', '--help']):\n"
+            "    assert main(argv) == 0, argv\n")
+    assert frameworks_in(modules_loaded_after(code)) == set()
+
+
+def test_every_core_module_imports_no_framework():
+    names = [f"hvdcls.{m.name}" for m in pkgutil.iter_modules(hvdcls.__path__) if m.name != "__main__"]
+    assert "hvdcls.doctor" in names and "hvdcls.smoke" in names
+    code = "import importlib\n" + "".join(f"importlib.import_module({n!r})\n" for n in names)
+    assert frameworks_in(modules_loaded_after(code)) == set()
+
+
+def test_probe_detects_a_framework_import():
+    """Guard against a probe that cannot fail: importing a backend must show up."""
+    assert "torch" in frameworks_in(modules_loaded_after("import torch_backend.smoke"))
