@@ -157,18 +157,36 @@ def horovod_problems(versions: dict[str, str], check_build: dict, failure: str =
     return problems
 
 
-def stamp_problems(build: dict, versions: dict[str, str]) -> list[str]:
+def horovod_built_against() -> dict[str, str]:
+    """Framework versions Horovod recorded in its own metadata.json when it was compiled.
+
+    Read from the file, not by importing horovod: works for any Horovod install, ours or not.
+    """
+    spec = util.find_spec("horovod")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    try:
+        recorded = json.loads(Path(list(spec.submodule_search_locations)[0], "metadata.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {"torch": recorded.get("pytorch", ""), "tensorflow": recorded.get("tensorflow", "")}
+
+
+def public_version(version: str) -> str:
+    return version.split("+")[0]  # "2.14.1+cu130" and "2.14.1" are the same release
+
+
+def build_mismatch_problems(built: dict[str, str], versions: dict[str, str], check_build: dict) -> list[str]:
     """The wheel must match the frameworks installed now (an upgrade breaks its extensions)."""
-    inputs = build.get("inputs", {})
     problems = []
     for dist in ("torch", "tensorflow"):
-        built, installed = inputs.get(dist), versions[dist]
-        if built and installed and built != installed:
-            problems.append(f"Horovod was built against {dist} {built} but {installed} is installed: "
+        compiled, installed = public_version(built.get(dist, "")), public_version(versions[dist])
+        if compiled and installed and compiled != installed:
+            problems.append(f"Horovod was built against {dist} {compiled} but {installed} is installed: "
                             f"{FIX_SETUP} to rebuild")
-    if inputs.get("gpu_operations") == "NCCL" and dist_version("tensorflow-cpu"):
+    if check_build.get("tensor_operations", {}).get("NCCL") and dist_version("tensorflow-cpu"):
         problems.append("Horovod was built with NCCL but tensorflow-cpu is installed: its TensorFlow "
-                        "op will not load; `make setup GPU=1` installs a GPU TensorFlow")
+                        "op will not load beside it; `make setup GPU=1` installs a GPU TensorFlow")
     return problems
 
 
@@ -193,7 +211,8 @@ def examine(smoke: bool) -> Report:
     report.check_build, failure = horovod_check_build() if report.versions["horovod"] else ({}, "")
     report.problems = (framework_problems(report.versions, report.check_build)
                        + horovod_problems(report.versions, report.check_build, failure)
-                       + stamp_problems(report.build, report.versions)
+                       + build_mismatch_problems(horovod_built_against(), report.versions,
+                                                 report.check_build)
                        + mpi_problems(report.versions))
     if smoke and report.ok:
         for backend in registry.names():

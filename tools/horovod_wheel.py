@@ -302,12 +302,11 @@ def cached_wheel(cache_dir: Path, inputs: BuildInputs, rebuild: bool) -> Path:
     # One build at a time per cache: a second `make setup` waits instead of racing.
     with (wheels / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if rebuild and target.exists():
-            shutil.rmtree(target)
-        found = sorted(target.glob("horovod-*.whl")) if target.exists() else []
-        if found:
+        found = sorted(target.glob("horovod-*.whl"))
+        if found and not rebuild:
             print(f"[setup] reusing cached Horovod wheel {target.name}", flush=True)
             return found[0]
+        shutil.rmtree(target, ignore_errors=True)  # stale or unwanted: make room for the new one
         return build_wheel(inputs, cache_dir, target)
 
 

@@ -58,6 +58,8 @@ ensure_venv() {
         "$PYTHON" -m venv "$VENV"
         "$VENV/bin/python" -m pip install --quiet --upgrade pip
     fi
+    "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+        || die "$VENV was made with another Python than 3.11: \`make distclean\`, then \`make setup\`"
 }
 
 requirement_files() {

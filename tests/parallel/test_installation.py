@@ -5,6 +5,8 @@ import sys
 import time
 from pathlib import Path
 
+from hvdcls import doctor
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -36,3 +38,11 @@ def test_second_setup_reuses_the_installed_build():
     assert stamp["key"] == key
     # Reported, not asserted: timing on a shared machine is noise (see `hvdcls bench`).
     print(f"warm Horovod step: {time.monotonic() - started:.1f} s")
+
+
+def test_installed_horovod_was_built_against_the_installed_frameworks():
+    """Horovod's own record (its metadata.json) against what pip says is installed."""
+    built = doctor.horovod_built_against()
+    versions = doctor.collect_versions()
+    assert doctor.public_version(built["torch"]) == versions["torch"]
+    assert built["tensorflow"] == versions["tensorflow"]

@@ -66,9 +66,20 @@ def test_missing_horovod_says_how_to_build_it():
 
 
 def test_wheel_built_for_another_torch_is_reported():
-    build = {"inputs": {"torch": "2.13.0", "tensorflow": "2.18.1", "gpu_operations": ""}}
-    problems = doctor.stamp_problems(build, VERSIONS)
+    problems = doctor.build_mismatch_problems({"torch": "2.13.0+cpu", "tensorflow": "2.18.1"},
+                                              VERSIONS, parsed())
     assert len(problems) == 1 and "2.13.0" in problems[0] and "2.14.1" in problems[0]
+
+
+def test_local_version_suffix_is_not_a_mismatch():
+    built = {"torch": "2.14.1+cu130", "tensorflow": "2.18.1"}
+    assert doctor.build_mismatch_problems(built, VERSIONS, parsed()) == []
+
+
+def test_nccl_build_beside_tensorflow_cpu_is_reported(monkeypatch):
+    monkeypatch.setattr(doctor, "dist_version", lambda *names: "2.18.1" if "tensorflow-cpu" in names else "")
+    problems = doctor.build_mismatch_problems({}, VERSIONS, parsed("X"))
+    assert len(problems) == 1 and "GPU=1" in problems[0]
 
 
 def test_report_lists_problems_and_fails():

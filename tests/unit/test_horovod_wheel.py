@@ -125,6 +125,19 @@ def test_cached_wheel_is_reused_without_building(tmp_path, monkeypatch):
     assert hw.cached_wheel(tmp_path, inputs(), rebuild=False) == wheel
 
 
+def test_rebuild_and_stale_entries_build_again(tmp_path, monkeypatch):
+    built = []
+    monkeypatch.setattr(hw, "build_wheel", lambda cache, inp, target: built.append(target) or target)
+    target = tmp_path / "wheels" / inputs().key()
+    target.mkdir(parents=True)
+    (target / "build-info.json").write_text("{}")  # an entry that lost its wheel
+    hw.cached_wheel(tmp_path, inputs(), rebuild=False)
+    target.mkdir(exist_ok=True)
+    (target / "horovod-0.28.1-x.whl").write_bytes(b"")  # a good entry, but --rebuild asked
+    hw.cached_wheel(tmp_path, inputs(), rebuild=True)
+    assert built == [target, target]
+
+
 def test_interrupted_build_leaves_no_cache_entry(tmp_path, monkeypatch):
     monkeypatch.setattr(hw, "fetch_sdist", lambda cache: tmp_path / "horovod-0.28.1.tar.gz")
 
@@ -152,3 +165,29 @@ def test_cuda_home_skips_an_nvcc_wrapper_without_headers(tmp_path, monkeypatch):
     assert hw.cuda_toolkit_home() == str(toolkit)
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "not-a-toolkit"))
     assert hw.cuda_toolkit_home() != str(tmp_path / "not-a-toolkit")
+
+
+def test_gpu_build_gets_an_nccl_prefix_cmake_can_find(tmp_path, monkeypatch):
+    """torch's nvidia-nccl wheel has only libnccl.so.2; CMake looks for libnccl.so."""
+    monkeypatch.delenv("HOROVOD_NCCL_HOME", raising=False)
+    nccl = tmp_path / "site" / "nvidia" / "nccl"
+    (nccl / "include").mkdir(parents=True)
+    (nccl / "include" / "nccl.h").write_text("")
+    (nccl / "lib").mkdir()
+    (nccl / "lib" / "libnccl.so.2").write_text("")
+    monkeypatch.setattr(hw, "package_dir", lambda name: tmp_path / "site" / name)
+    monkeypatch.setattr(hw, "distribution_version",
+                        lambda name: "2.30.7" if name == "nvidia-nccl-cu13" else "")
+    env = hw.build_environment(inputs(gpu_operations="NCCL", nccl=hw.nccl_source()), tmp_path / "cache")
+    home = Path(env["HOROVOD_NCCL_HOME"])
+    assert env["HOROVOD_GPU_OPERATIONS"] == "NCCL" and env["HOROVOD_NCCL_LINK"] == "SHARED"
+    assert (home / "include" / "nccl.h").exists()
+    assert (home / "lib" / "libnccl.so").resolve() == (nccl / "lib" / "libnccl.so.2").resolve()
+    assert home.is_relative_to(tmp_path / "cache")  # nothing written into site-packages
+
+
+def test_users_own_nccl_wins(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOROVOD_NCCL_HOME", str(tmp_path / "nccl-2.21"))
+    assert hw.nccl_source() == str(tmp_path / "nccl-2.21")
+    env = hw.build_environment(inputs(gpu_operations="NCCL", nccl=hw.nccl_source()), tmp_path)
+    assert env["HOROVOD_NCCL_HOME"] == str(tmp_path / "nccl-2.21")
