@@ -78,6 +78,13 @@ ensure_python_packages() {
         return 0
     fi
     say "installing Python packages ($files)"
+    # tensorflow and tensorflow-cpu install the same module: switching GPU=1 on or off must
+    # remove the other one, or the two overwrite each other's files.
+    local other=tensorflow
+    [ "$GPU" = 1 ] && other=tensorflow-cpu
+    if "$VENV/bin/python" -m pip show --quiet "$other" >/dev/null 2>&1; then
+        "$VENV/bin/python" -m pip uninstall --quiet --yes "$other"
+    fi
     local args=()
     for f in $files; do args+=(-r "$f"); done
     "$VENV/bin/python" -m pip install --quiet "${args[@]}" || die "pip install failed (see above)"
