@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from importlib import metadata, util
 from pathlib import Path
 
-from hvdcls import launch, registry, smoke
+from hvdcls import launch, registry
 
 FIX_SETUP = "run `make setup` in the hvdcls checkout"
 BUILD_STAMP = "hvdcls-horovod-build.json"  # written by tools/horovod_wheel.py
@@ -202,11 +202,13 @@ def mpi_problems(versions: dict[str, str]) -> list[str]:
 
 def run_smoke(backend: str, launcher: str) -> bool:
     """Launch the real 2-rank smoke job; True when every check passed on every rank."""
+    from hvdcls.smoke import launch_locally  # numpy: imported only when asked for
+
     with tempfile.TemporaryDirectory(prefix="hvdcls-doctor-") as report_dir:
-        return smoke.launch_locally(backend, launcher, 2, Path(report_dir)).passed
+        return launch_locally(backend, launcher, 2, Path(report_dir)).passed
 
 
-def examine(smoke: bool) -> Report:
+def examine(with_smoke: bool) -> Report:
     report = Report(versions=collect_versions(), build=read_build_stamp(), docker=docker_engine())
     report.check_build, failure = horovod_check_build() if report.versions["horovod"] else ({}, "")
     report.problems = (framework_problems(report.versions, report.check_build)
@@ -214,7 +216,7 @@ def examine(smoke: bool) -> Report:
                        + build_mismatch_problems(horovod_built_against(), report.versions,
                                                  report.check_build)
                        + mpi_problems(report.versions))
-    if smoke and report.ok:
+    if with_smoke and report.ok:
         for backend in registry.names():
             for launcher in launch.LAUNCHERS:
                 passed = run_smoke(backend, launcher)
@@ -228,8 +230,9 @@ def examine(smoke: bool) -> Report:
 def render(report: Report) -> str:
     width = 17
     lines = [f"{name:<{width}} {value or 'missing'}" for name, value in report.versions.items()]
-    lines.append(f"{'horovod build':<{width}} {build_variant(report.check_build) if report.check_build else 'unknown'}"
-                 + (f" [{report.build['key']}]" if report.build.get("key") else ""))
+    variant = build_variant(report.check_build) if report.check_build else "unknown"
+    key = f" [{report.build['key']}]" if report.build.get("key") else ""
+    lines.append(f"{'horovod build':<{width}} {variant}{key}")
     for section, flags in report.check_build.items():
         marks = ", ".join(f"{name} {'yes' if on else 'no'}" for name, on in flags.items())
         lines.append(f"{section.replace('_', ' '):<{width}} {marks}")
@@ -243,8 +246,8 @@ def render(report: Report) -> str:
     return "\n".join(lines)
 
 
-def main(smoke: bool = False, as_json: bool = False) -> int:
-    report = examine(smoke)
+def main(with_smoke: bool = False, as_json: bool = False) -> int:
+    report = examine(with_smoke)
     if as_json:
         payload = dict(vars(report), ok=report.ok, variant=build_variant(report.check_build))
         print(json.dumps(payload, indent=2, sort_keys=True))

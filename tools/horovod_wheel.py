@@ -215,11 +215,12 @@ def nccl_home(cache_dir: Path) -> Path:
                          "install a CUDA build of torch or set HOROVOD_NCCL_HOME")
     home = cache_dir / "nccl" / nccl_source().replace("==", "-").replace("+", "_")
     (home / "lib").mkdir(parents=True, exist_ok=True)
-    if not (home / "include").exists():
-        (home / "include").symlink_to(source / "include")
-    link = home / "lib" / "libnccl.so"
-    if not link.exists():
-        link.symlink_to(source / "lib" / "libnccl.so.2")
+    # Re-point the links every time: the venv they were made for may be gone.
+    for link, target in ((home / "include", source / "include"),
+                         (home / "lib" / "libnccl.so", source / "lib" / "libnccl.so.2")):
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(target)
     return home
 
 

@@ -55,7 +55,7 @@ ensure_venv() {
         "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
             || die "Python 3.11 is required (torch 2.14.1 + tensorflow-cpu 2.18.1 + Horovod 0.28.1); found $("$PYTHON" --version 2>&1). Set PYTHON=python3.11"
         say "creating $VENV"
-        "$PYTHON" -m venv "$VENV"
+        "$PYTHON" -m venv "$VENV" || die "\`$PYTHON -m venv\` failed: install the venv module (Debian: python3-venv)"
         "$VENV/bin/python" -m pip install --quiet --upgrade pip
     fi
     "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \

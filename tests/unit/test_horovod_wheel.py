@@ -184,6 +184,14 @@ def test_gpu_build_gets_an_nccl_prefix_cmake_can_find(tmp_path, monkeypatch):
     assert (home / "include" / "nccl.h").exists()
     assert (home / "lib" / "libnccl.so").resolve() == (nccl / "lib" / "libnccl.so.2").resolve()
     assert home.is_relative_to(tmp_path / "cache")  # nothing written into site-packages
+    # A second venv (another clone) re-points the links instead of failing on the old ones.
+    moved = tmp_path / "site2" / "nvidia"
+    shutil.copytree(tmp_path / "site" / "nvidia", moved)
+    shutil.rmtree(tmp_path / "site")
+    monkeypatch.setattr(hw, "package_dir", lambda name: tmp_path / "site2" / name)
+    home = Path(hw.build_environment(inputs(gpu_operations="NCCL", nccl=hw.nccl_source()),
+                                     tmp_path / "cache")["HOROVOD_NCCL_HOME"])
+    assert (home / "include" / "nccl.h").exists()
 
 
 def test_users_own_nccl_wins(tmp_path, monkeypatch):
