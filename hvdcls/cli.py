@@ -1,5 +1,7 @@
 """The `hvdcls` command.
 
+    hvdcls train [--backend torch|tensorflow] [--config FILE.yaml] [key=value ...]
+    hvdcls data pack SRC_DIR OUT.lmdb       an ImageFolder directory into one LMDB file
     hvdcls doctor [--smoke] [--json]        is this installation ready to train?
     hvdcls demo [--np 2]                    2-rank smoke job, both backends, both launchers
     horovodrun -np 2 -H localhost:2 --gloo hvdcls smoke --backend torch
@@ -47,21 +49,88 @@ def add_demo(sub) -> None:
     parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.demo").run(a.np))
 
 
+BUILTIN_DATA = ("digits", "synthetic")
+# torchvision/timm-style flags -> config keys (flags win over the file and key=value).
+TRAIN_FLAGS = {"model": "model.name", "epochs": "training.epochs", "batch_size": "training.batch_size",
+               "lr": "optimizer.lr", "amp": "training.amp", "resume": "training.resume",
+               "output_dir": "output.dir", "workers": "data.workers", "seed": "training.seed"}
+
+
+def train_flags(args: argparse.Namespace) -> dict:
+    flags = {key: getattr(args, name) for name, key in TRAIN_FLAGS.items()}
+    if args.data in BUILTIN_DATA:
+        flags.update({"data.name": args.data, "data.path": None})
+    elif args.data is not None:
+        flags.update({"data.name": "auto", "data.path": args.data})
+    return flags
+
+
+def run_train(args: argparse.Namespace) -> int:
+    train = importlib.import_module("hvdcls.train")
+    return train.run(args.backend, args.config, args.overrides, train_flags(args))
+
+
+def add_train(sub) -> None:
+    parser = sub.add_parser("train", help="train a classifier (one process, or many under "
+                            "horovodrun/mpirun)", description="Train an image classifier. "
+                            "Settings: defaults < --config file < key=value < flags.")
+    parser.add_argument("--backend", choices=registry.names(), default="torch")
+    parser.add_argument("--config", type=Path, help="YAML file (see configs/)")
+    parser.add_argument("--data", help=f"{' or '.join(BUILTIN_DATA)}, or a path: an ImageFolder "
+                        "directory (train/<class>/*, val/<class>/*) or an LMDB file")
+    parser.add_argument("--model", help="compact_cnn, a torchvision or keras.applications name")
+    parser.add_argument("--epochs", type=int)
+    parser.add_argument("-b", "--batch-size", type=int, help="per worker")
+    parser.add_argument("--lr", type=float, help="for one worker; scaled by the world size")
+    parser.add_argument("--amp", action="store_true", default=None, help="mixed precision")
+    parser.add_argument("--resume", help="a checkpoint or run directory")
+    parser.add_argument("--output-dir", help="default runs/<timestamp>-<backend>")
+    parser.add_argument("-j", "--workers", type=int, help="data loader workers per process")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="dotted config overrides, e.g. optimizer.lr=0.05 horovod.compression=fp16")
+    parser.set_defaults(handler=run_train)
+
+
+def add_data(sub) -> None:
+    parser = sub.add_parser("data", help="prepare data sets")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION",
+                                    parser_class=OneLineParser)
+    pack = actions.add_parser("pack", help="pack an ImageFolder directory into one LMDB file")
+    pack.add_argument("source", type=Path, help="ImageFolder root (train/ and optional val/)")
+    pack.add_argument("output", type=Path, help="the LMDB file to write, e.g. data.lmdb")
+    pack.add_argument("--quiet", action="store_true", help="no progress bar")
+    pack.set_defaults(handler=lambda a: importlib.import_module("hvdcls.lmdb_store").main(
+        a.source, a.output, not a.quiet))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="hvdcls", description="Horovod image-classification training "
                                      "for PyTorch and TensorFlow.")
     parser.add_argument("--version", action="version", version=f"hvdcls {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=OneLineParser)
-    for add in (add_doctor, add_smoke, add_demo):
+    for add in (add_train, add_data, add_doctor, add_smoke, add_demo):
         add(sub)
     return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Like parse_args, but `key=value` overrides may sit between or after the flags."""
+    args, extra = parser.parse_known_args(argv)
+    overrides = [item for item in extra if "=" in item and not item.startswith("-")]
+    unknown = [item for item in extra if item not in overrides]
+    if unknown or (overrides and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(unknown or overrides)}")
+    if overrides:
+        args.overrides = [*args.overrides, *overrides]
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parse(parser, argv)
     except SystemExit as exit_:  # argparse's usage errors exit 2 already; keep --help's 0
         return int(exit_.code or 0)
     try:

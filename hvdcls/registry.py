@@ -57,3 +57,8 @@ def load(name: str, submodule: str) -> ModuleType:
     _require(spec.framework, spec)
     _require(spec.horovod_module, spec)
     return importlib.import_module(f"{spec.package}.{submodule}")
+
+
+def create_backend(name: str):
+    """A fresh `hvdcls.backend.Backend` for `name`: imports `<package>.backend` now."""
+    return load(name, "backend").create()

@@ -1,0 +1,116 @@
+"""The one contract between the framework-free core and a framework backend.
+
+The core owns the epoch loop, the learning-rate schedule, sharding, metrics, checkpoint
+cadence and outputs; a backend owns tensors: the model, the optimizer, Horovod's binding and
+the data loader. `torch_backend/backend.py` and `tf_backend/backend.py` implement it, and
+`hvdcls.registry.create_backend(name)` picks one by name.
+
+Step results are framework scalars (tensors): the core adds them with `+` and converts with
+`float()` only when it logs, so a step never waits on the device just to be counted.
+"""
+from __future__ import annotations
+
+import abc
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, NamedTuple
+
+from hvdcls.batches import EpochBatches
+from hvdcls.config import Config
+
+
+@dataclass(frozen=True)
+class Context:
+    """Who this process is, made once after hvd.init(); everything else receives it."""
+
+    backend: str
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    controller: str  # gloo | mpi
+    device: str  # cpu | cuda:N
+    threads: int
+    versions: dict = field(default_factory=dict)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+class Sums(NamedTuple):
+    """Per-batch sums; framework scalars from a step, floats once reduced."""
+
+    loss: Any  # sum over samples of the loss
+    correct: Any
+    count: Any
+
+
+class Backend(abc.ABC):
+    name: str
+
+    @abc.abstractmethod
+    def init(self, config: Config) -> Context:
+        """hvd.init(), threads, device; returns this process's Context."""
+
+    @abc.abstractmethod
+    def build(self, config: Config, num_classes: int) -> dict:
+        """Make model + optimizer, wrap them for Horovod and broadcast rank 0's initial state.
+
+        Returns a description for summary.json (model parameters, Horovod settings in force).
+        An unknown model name is a UserError.
+        """
+
+    @abc.abstractmethod
+    def loader(self, batches: EpochBatches, workers: int) -> Iterable:
+        """Iterate the batches as framework tensors, reading with `workers` parallel workers."""
+
+    @abc.abstractmethod
+    def train_step(self, micro_batches: list, lr: float) -> Sums:
+        """Forward/backward every micro-batch, all-reduce the gradients once, step."""
+
+    @abc.abstractmethod
+    def eval_step(self, batch) -> Sums:
+        """Loss and correct predictions of one batch, in inference mode."""
+
+    @abc.abstractmethod
+    def allreduce_sum(self, values: list[float], name: str) -> list[float]:
+        """Sum floats over all ranks (exact metric reduction)."""
+
+    @abc.abstractmethod
+    def broadcast_object(self, obj: Any, name: str) -> Any:
+        """Rank 0's picklable `obj`, on every rank."""
+
+    @abc.abstractmethod
+    def seed(self, seed: int) -> None:
+        """Seed the framework's own generators (dropout and the like)."""
+
+    @abc.abstractmethod
+    def sync_buffers(self) -> None:
+        """Average non-trained state (batch-norm running statistics) over ranks, so that
+        evaluation and checkpoints see the same model on every rank."""
+
+    @abc.abstractmethod
+    def save(self, directory: Path) -> None:
+        """Write model and optimizer state into `directory` (rank 0; the core renames it)."""
+
+    @abc.abstractmethod
+    def load(self, directory: Path) -> None:
+        """Read what save() wrote (rank 0 only); follow with broadcast_state()."""
+
+    @abc.abstractmethod
+    def broadcast_state(self) -> None:
+        """Rank 0's model and optimizer state, on every rank."""
+
+    @abc.abstractmethod
+    def weights(self) -> dict[str, Any]:
+        """Model state (trained weights and buffers) as numpy arrays, by name."""
+
+
+def threads_per_process(config: Config, local_size: int) -> int:
+    """training.threads, else this machine's usable cores shared among its ranks."""
+    if config.training.threads:
+        return config.training.threads
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, local_size))

@@ -1,0 +1,111 @@
+"""Checkpoints: one directory per saved epoch, written whole or not at all.
+
+    RUN_DIR/checkpoints/epoch-0003/  state.json + the backend's files (model, optimizer)
+
+Rank 0 writes into a hidden temporary directory beside it and renames it into place, so a
+process killed mid-write leaves the previous checkpoint as the latest one. `state.json` holds
+what the core needs to continue: the epoch, the step count, the metrics so far and the seeds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from hvdcls.errors import UserError
+from hvdcls.fileio import write_json_atomic
+
+STATE_FILE = "state.json"
+PREFIX = "epoch-"
+
+
+def checkpoint_name(epoch: int) -> str:
+    return f"{PREFIX}{epoch:04d}"
+
+
+def due(epoch: int, epochs: int, every: int) -> bool:
+    """Save after `epoch` (1-based count of finished epochs)? Always after the last one."""
+    return epoch == epochs or (every > 0 and epoch % every == 0)
+
+
+def save(checkpoints_dir: Path, epoch: int, state: dict, write_backend: Callable[[Path], None],
+         keep: int) -> Path:
+    """Write checkpoint `epoch` atomically, then drop all but the newest `keep`."""
+    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    final = checkpoints_dir / checkpoint_name(epoch)
+    tmp = checkpoints_dir / f".{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        write_backend(tmp)
+        write_json_atomic(tmp / STATE_FILE, state)
+        _fsync_dir(tmp)
+        if final.exists():  # re-running an epoch after a resume: replace the old one
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_dir(checkpoints_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in list_checkpoints(checkpoints_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def list_checkpoints(checkpoints_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first (temporary directories are hidden and skipped)."""
+    if not checkpoints_dir.is_dir():
+        return []
+    found = [p for p in checkpoints_dir.iterdir()
+             if p.is_dir() and p.name.startswith(PREFIX) and (p / STATE_FILE).is_file()]
+    return sorted(found, key=lambda p: p.name)
+
+
+def resolve(path: Path) -> Path:
+    """A checkpoint directory from what the user passed to --resume: the checkpoint itself,
+    a run directory or its checkpoints/ directory (then the newest one)."""
+    path = Path(path)
+    if (path / STATE_FILE).is_file():
+        return path
+    for candidate in (path / "checkpoints", path):
+        found = list_checkpoints(candidate)
+        if found:
+            return found[-1]
+    if not path.exists():
+        raise UserError(f"--resume {path}: no such file or directory")
+    raise UserError(f"--resume {path}: no checkpoint there (expected {PREFIX}NNNN/{STATE_FILE})")
+
+
+@dataclass
+class Resumed:
+    directory: Path
+    state: dict
+
+
+def read_state(directory: Path, backend: str) -> Resumed:
+    try:
+        state = json.loads((directory / STATE_FILE).read_text())
+    except (OSError, ValueError) as err:
+        raise UserError(f"checkpoint {directory} is unreadable: {err}") from None
+    if state.get("backend") != backend:
+        raise UserError(f"checkpoint {directory} was written by backend {state.get('backend')!r}, "
+                        f"not {backend!r}")
+    return Resumed(directory, state)
+
+
+def run_dir_of(checkpoint_dir: Optional[Path]) -> Optional[Path]:
+    """RUN_DIR for RUN_DIR/checkpoints/epoch-N, so a resumed run keeps writing there."""
+    if checkpoint_dir is not None and checkpoint_dir.parent.name == "checkpoints":
+        return checkpoint_dir.parent.parent
+    return None

@@ -1,0 +1,286 @@
+"""The one configuration schema: dataclasses checked by OmegaConf, YAML files, dotted overrides.
+
+    hvdcls train --config configs/resnet50.yaml data.path=/data/imagenet optimizer.lr=0.2
+
+Precedence, lowest first: the defaults below, the YAML file, `key=value` overrides, then the
+torchvision-style flags (`--epochs`, `--lr`, ...). The result is validated once, here; every
+problem is reported as one line naming the key (a UserError, exit status 2).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, List, Optional
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from hvdcls.errors import UserError
+
+IMAGENET_MEAN = [0.485, 0.456, 0.406]
+IMAGENET_STD = [0.229, 0.224, 0.225]
+
+
+@dataclass
+class ModelConfig:
+    name: str = "compact_cnn"  # compact_cnn, a torchvision name, or a keras.applications name
+    num_classes: Optional[int] = None  # None: the number of classes the data has
+
+
+@dataclass
+class AugmentConfig:
+    random_resized_crop: bool = True
+    scale: List[float] = field(default_factory=lambda: [0.08, 1.0])
+    ratio: List[float] = field(default_factory=lambda: [0.75, 4 / 3])
+    hflip: float = 0.5  # probability
+
+
+@dataclass
+class SyntheticConfig:
+    num_samples: int = 1024
+    num_classes: int = 10
+
+
+@dataclass
+class DataConfig:
+    name: str = "auto"  # auto | digits | synthetic | imagefolder | lmdb
+    path: Optional[str] = None  # auto + no path = digits, the embedded default
+    image_size: int = 224
+    val_fraction: float = 0.1  # held out of train/ when there is no val/
+    eval_crop: float = 0.875  # resize to image_size / eval_crop, then centre-crop
+    workers: int = 2
+    mean: List[float] = field(default_factory=lambda: list(IMAGENET_MEAN))
+    std: List[float] = field(default_factory=lambda: list(IMAGENET_STD))
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = "sgd"  # sgd | adam | adamw
+    lr: float = 0.1  # for one worker's batch; see scale_lr
+    scale_lr: str = "linear"  # linear: lr x world size x backward passes (Goyal et al.) | none
+    momentum: float = 0.9
+    nesterov: bool = False
+    weight_decay: float = 1e-4
+
+
+@dataclass
+class ScheduleConfig:
+    name: str = "cosine"  # cosine | step | multistep | constant
+    warmup_epochs: float = 0.0
+    warmup_start_factor: float = 0.1  # warmup starts at this fraction of the peak lr
+    min_lr_factor: float = 0.0  # cosine ends at this fraction of the peak lr
+    step_size: int = 30  # step: decay every step_size epochs
+    milestones: List[int] = field(default_factory=list)  # multistep: decay at these epochs
+    gamma: float = 0.1
+
+
+@dataclass
+class TrainingConfig:
+    epochs: int = 10
+    batch_size: int = 32  # per worker, per backward pass
+    seed: int = 0
+    amp: bool = False
+    amp_dtype: str = "auto"  # auto (bfloat16 on CPU, float16 on GPU) | bfloat16 | float16
+    grad_clip_norm: Optional[float] = None
+    label_smoothing: float = 0.0
+    device: str = "auto"  # auto | cpu | cuda
+    threads: Optional[int] = None  # compute threads per process; None: cores / local ranks
+    resume: Optional[str] = None  # checkpoint directory, or a run directory (its latest)
+    log_every: int = 50  # steps between progress lines
+
+
+@dataclass
+class HorovodConfig:
+    compression: str = "none"  # none | fp16
+    op: str = "average"  # average | adasum
+    backward_passes_per_step: int = 1  # gradient accumulation: all-reduce every N passes
+    fusion_threshold_mb: Optional[float] = None  # None: Horovod's default (or the env's)
+    cycle_time_ms: Optional[float] = None
+    hierarchical_allreduce: bool = False
+    autotune: bool = False
+    autotune_log: Optional[str] = None
+    timeline: Optional[str] = None
+    sync_bn: bool = False
+
+
+@dataclass
+class OutputConfig:
+    dir: Optional[str] = None  # None: runs/<timestamp>-<backend>
+    checkpoint_every: int = 1  # epochs; 0 disables checkpoints (the last epoch is always saved)
+    keep_checkpoints: int = 2
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    horovod: HorovodConfig = field(default_factory=HorovodConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+
+CHOICES = {
+    "data.name": ("auto", "digits", "synthetic", "imagefolder", "lmdb"),
+    "optimizer.name": ("sgd", "adam", "adamw"),
+    "optimizer.scale_lr": ("linear", "none"),
+    "schedule.name": ("cosine", "step", "multistep", "constant"),
+    "training.amp_dtype": ("auto", "bfloat16", "float16"),
+    "training.device": ("auto", "cpu", "cuda"),
+    "horovod.compression": ("none", "fp16"),
+    "horovod.op": ("average", "adasum"),
+}
+POSITIVE = ("data.image_size", "data.synthetic.num_samples", "data.synthetic.num_classes",
+            "training.epochs", "training.batch_size", "training.log_every",
+            "horovod.backward_passes_per_step", "output.keep_checkpoints", "schedule.step_size")
+NON_NEGATIVE = ("data.workers", "optimizer.lr", "optimizer.momentum", "optimizer.weight_decay",
+                "schedule.warmup_epochs", "schedule.min_lr_factor", "output.checkpoint_every",
+                "training.label_smoothing", "training.seed")
+OPTIONAL_POSITIVE = ("model.num_classes", "training.grad_clip_norm", "training.threads",
+                     "horovod.fusion_threshold_mb", "horovod.cycle_time_ms")
+
+
+def _one_line(err: OmegaConfBaseException, source: str) -> UserError:
+    key = getattr(err, "full_key", None) or "?"
+    message = str(getattr(err, "msg", None) or err).splitlines()[0]
+    return UserError(f"config {source}: {key}: {message}")
+
+
+def _parse_overrides(overrides: list[str]) -> list[str]:
+    for item in overrides:
+        key, sep, _ = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"override {item!r} is not key=value (e.g. optimizer.lr=0.05)")
+    return overrides
+
+
+def load(config_file: Optional[Path] = None, overrides: list[str] = (),
+         flags: Optional[dict[str, Any]] = None) -> Config:
+    """Defaults <- YAML file <- `key=value` overrides <- flags; then validate()."""
+    merged = OmegaConf.structured(Config)
+    layers = []
+    if config_file is not None:
+        layers.append((f"file {config_file}", lambda: _read_yaml(Path(config_file))))
+    if overrides:
+        layers.append(("override", lambda: OmegaConf.from_dotlist(_parse_overrides(list(overrides)))))
+    if flags:
+        layers.append(("flag", lambda: OmegaConf.create(_nest(flags))))
+    for source, make in layers:
+        try:
+            merged = OmegaConf.merge(merged, make())
+        except OmegaConfBaseException as err:
+            raise _one_line(err, source) from None
+    config: Config = OmegaConf.to_object(merged)
+    validate(config)
+    return config
+
+
+def _read_yaml(path: Path):
+    if not path.is_file():
+        raise UserError(f"config file {path} does not exist")
+    try:
+        loaded = OmegaConf.load(path)
+    except Exception as err:  # YAML syntax errors come from the yaml package
+        raise UserError(f"config file {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(loaded, type(OmegaConf.create({}))):
+        raise UserError(f"config file {path} must hold a mapping of sections (model:, data:, ...)")
+    return loaded
+
+
+def _nest(flat: dict[str, Any]) -> dict:
+    """{'training.epochs': 3} -> {'training': {'epochs': 3}}; None values are dropped."""
+    nested: dict = {}
+    for dotted, value in flat.items():
+        if value is None:
+            continue
+        *parents, leaf = dotted.split(".")
+        node = nested
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[leaf] = value
+    return nested
+
+
+def get(config: Config, dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def validate(config: Config) -> None:
+    """Every check that needs no data and no framework; one line naming the key on failure."""
+    for key, allowed in CHOICES.items():
+        if get(config, key) not in allowed:
+            raise UserError(f"config {key}={get(config, key)!r}: choose one of {', '.join(allowed)}")
+    for key in POSITIVE:
+        _check(key, get(config, key), lambda v: v > 0, "must be > 0")
+    for key in NON_NEGATIVE:
+        _check(key, get(config, key), lambda v: v >= 0, "must be >= 0")
+    for key in OPTIONAL_POSITIVE:
+        value = get(config, key)
+        if value is not None:
+            _check(key, value, lambda v: v > 0, "must be > 0 (or null)")
+    _validate_data(config.data)
+    _validate_schedule(config.schedule, config.training.epochs)
+    if not 0 <= config.optimizer.momentum < 1:
+        raise UserError(f"config optimizer.momentum={config.optimizer.momentum}: must be in [0, 1)")
+    if config.optimizer.nesterov and config.optimizer.momentum == 0:
+        raise UserError("config optimizer.nesterov=true needs optimizer.momentum > 0")
+    if not 0 <= config.training.label_smoothing < 1:
+        raise UserError(f"config training.label_smoothing={config.training.label_smoothing}: "
+                        "must be in [0, 1)")
+
+
+def _check(key: str, value: Any, ok, why: str) -> None:
+    if not ok(value):
+        raise UserError(f"config {key}={value!r}: {why}")
+
+
+def _validate_data(data: DataConfig) -> None:
+    if data.name in ("digits", "synthetic") and data.path:
+        raise UserError(f"config data.path={data.path!r} is set but data.name={data.name!r} "
+                        "uses no path: drop one (data.name=auto detects the format of a path)")
+    if data.name in ("imagefolder", "lmdb") and not data.path:
+        raise UserError(f"config data.name={data.name!r} needs data.path")
+    if not 0 < data.val_fraction < 1:
+        raise UserError(f"config data.val_fraction={data.val_fraction}: must be in (0, 1)")
+    if not 0 < data.eval_crop <= 1:
+        raise UserError(f"config data.eval_crop={data.eval_crop}: must be in (0, 1]")
+    for key, values in (("data.mean", data.mean), ("data.std", data.std)):
+        if len(values) != 3:
+            raise UserError(f"config {key}={list(values)}: needs 3 values (R, G, B)")
+    if min(data.std) <= 0:
+        raise UserError(f"config data.std={list(data.std)}: values must be > 0")
+    scale, ratio = data.augment.scale, data.augment.ratio
+    if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
+        raise UserError(f"config data.augment.scale={list(scale)}: needs [low, high] in (0, 1]")
+    if len(ratio) != 2 or not 0 < ratio[0] <= ratio[1]:
+        raise UserError(f"config data.augment.ratio={list(ratio)}: needs [low, high], 0 < low <= high")
+    if not 0 <= data.augment.hflip <= 1:
+        raise UserError(f"config data.augment.hflip={data.augment.hflip}: a probability in [0, 1]")
+
+
+def _validate_schedule(schedule: ScheduleConfig, epochs: int) -> None:
+    if schedule.warmup_epochs >= epochs and schedule.warmup_epochs > 0:
+        raise UserError(f"config schedule.warmup_epochs={schedule.warmup_epochs}: must be shorter "
+                        f"than training.epochs={epochs}")
+    if not 0 < schedule.warmup_start_factor <= 1:
+        raise UserError(f"config schedule.warmup_start_factor={schedule.warmup_start_factor}: "
+                        "must be in (0, 1]")
+    if not 0 < schedule.gamma <= 1:
+        raise UserError(f"config schedule.gamma={schedule.gamma}: must be in (0, 1]")
+    if list(schedule.milestones) != sorted(set(schedule.milestones)):
+        raise UserError(f"config schedule.milestones={list(schedule.milestones)}: "
+                        "must be increasing epochs")
+
+
+def to_dict(config: Config) -> dict:
+    return OmegaConf.to_container(OmegaConf.structured(config), resolve=True)
+
+
+def to_yaml(config: Config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(config))

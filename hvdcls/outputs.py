@@ -1,0 +1,65 @@
+"""Everything a run writes, in one place, and only on rank 0.
+
+    RUN_DIR/metrics.jsonl   one JSON object per epoch
+    RUN_DIR/summary.json    the result, versions and the resolved config
+    RUN_DIR/config.yaml     the resolved config, to rerun with --config
+    RUN_DIR/checkpoints/    see hvdcls.checkpoint
+
+Every file is written to a temporary name and renamed, so readers never see half a file.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from hvdcls.fileio import write_atomic, write_json_atomic
+
+METRICS_FILE, SUMMARY_FILE, CONFIG_FILE = "metrics.jsonl", "summary.json", "config.yaml"
+
+
+def default_run_dir(backend: str, now: Optional[float] = None) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    return Path("runs") / f"{stamp}-{backend}"
+
+
+class RunOutputs:
+    """Rank 0 holds a real one; other ranks hold one with `enabled=False` that writes nothing."""
+
+    def __init__(self, run_dir: Path, enabled: bool, quiet: bool = False):
+        self.run_dir = Path(run_dir)
+        self.enabled = enabled
+        self.quiet = quiet
+        self.history: list[dict] = []
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    def say(self, message: str) -> None:
+        if self.enabled and not self.quiet:
+            print(message, file=sys.stdout, flush=True)
+
+    def write_config(self, yaml_text: str) -> None:
+        if self.enabled:
+            write_atomic(self.run_dir / CONFIG_FILE, yaml_text.encode())
+
+    def start(self, history: list[dict]) -> None:
+        """Metrics of epochs already done (a resumed run), rewritten as the file's start."""
+        self.history = list(history)
+        self._write_metrics()
+
+    def add_epoch(self, record: dict) -> None:
+        self.history.append(record)
+        self._write_metrics()
+
+    def _write_metrics(self) -> None:
+        if self.enabled:
+            lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.history)
+            write_atomic(self.run_dir / METRICS_FILE, lines.encode())
+
+    def write_summary(self, summary: dict) -> None:
+        if self.enabled:
+            write_json_atomic(self.run_dir / SUMMARY_FILE, summary)

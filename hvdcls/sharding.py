@@ -1,0 +1,71 @@
+"""Which samples each rank reads: computed once, here, and used by both backends.
+
+Training: every epoch the whole index is shuffled with a generator seeded by (seed, epoch), so
+all ranks agree on the permutation without talking. It is padded by wrapping around to a
+multiple of the world size and dealt out round-robin, so every rank holds the same number of
+samples; incomplete batches are dropped, so every rank runs the same number of steps and no
+rank waits in an all-reduce that the others never join (Horovod's "stall" warning).
+
+Validation: no shuffling, no padding, rank r takes samples r, r+N, r+2N, ... Ranks may then
+differ by one sample, which is harmless (evaluation has no collectives inside the loop) and
+keeps the reduced accuracy exact: sum of correct over ranks / sum of counts over ranks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hvdcls.errors import UserError
+
+
+def epoch_permutation(num_samples: int, seed: int, epoch: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch]).permutation(num_samples)
+
+
+@dataclass(frozen=True)
+class TrainShards:
+    num_samples: int
+    world_size: int
+    rank: int
+    batch_size: int  # per backward pass
+    backward_passes: int = 1  # micro-batches per optimizer step
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.steps_per_epoch < 1:
+            per_step = self.batch_size * self.backward_passes * self.world_size
+            raise UserError(
+                f"{self.num_samples} training samples are too few for one step of {per_step} "
+                f"(training.batch_size={self.batch_size} x horovod.backward_passes_per_step="
+                f"{self.backward_passes} x {self.world_size} ranks): lower the batch size")
+
+    @property
+    def samples_per_rank(self) -> int:
+        return -(-self.num_samples // self.world_size)  # ceil
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps per epoch, the same on every rank."""
+        return self.samples_per_rank // (self.batch_size * self.backward_passes)
+
+    def indices(self, epoch: int) -> np.ndarray:
+        """This rank's samples for `epoch`, in reading order (incomplete batches dropped)."""
+        order = epoch_permutation(self.num_samples, self.seed, epoch)
+        padded = np.resize(order, self.samples_per_rank * self.world_size)  # wraps around
+        mine = padded[self.rank::self.world_size]
+        return mine[:self.steps_per_epoch * self.batch_size * self.backward_passes]
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        """This rank's micro-batches for `epoch`: steps_per_epoch x backward_passes of them."""
+        mine = self.indices(epoch)
+        return [mine[i:i + self.batch_size] for i in range(0, len(mine), self.batch_size)]
+
+
+def eval_indices(num_samples: int, world_size: int, rank: int) -> np.ndarray:
+    return np.arange(rank, num_samples, world_size)
+
+
+def eval_batches(num_samples: int, world_size: int, rank: int, batch_size: int) -> list[np.ndarray]:
+    mine = eval_indices(num_samples, world_size, rank)
+    return [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]

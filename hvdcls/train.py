@@ -1,0 +1,112 @@
+"""`hvdcls train`: one command for both frameworks, one process or many.
+
+    hvdcls train --backend torch                                   # digits, one process
+    horovodrun -np 2 -H localhost:2 hvdcls train --backend tensorflow --config configs/digits.yaml
+    horovodrun -np 8 -H host1:4,host2:4 hvdcls train --backend torch \\
+        --config configs/resnet50.yaml data.path=/data/imagenet
+    mpirun -np 4 -bind-to none -map-by slot hvdcls train --backend torch --data /data/imagenet.lmdb
+
+Order matters: the data is opened (and bad paths refused) before Horovod starts, so a user
+error ends every rank at once with one line instead of leaving ranks waiting on each other.
+"""
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from hvdcls import __version__, checkpoint, config as cfg, datasets, horovod_env, registry
+from hvdcls.backend import Backend, Context
+from hvdcls.engine import Trainer
+from hvdcls.errors import UserError
+from hvdcls.outputs import RunOutputs, default_run_dir
+
+
+def on_main_then_share(backend: Backend, ctx: Context, work: Callable[[], object], name: str):
+    """Run `work` on rank 0 only and give its result to every rank; a UserError raised there is
+    raised on every rank too, so no rank is left waiting in a collective."""
+    outcome: tuple = ("ok", None)
+    if ctx.is_main:
+        try:
+            outcome = ("ok", work())
+        except UserError as err:
+            outcome = ("error", str(err))
+    kind, value = backend.broadcast_object(outcome, name) if ctx.size > 1 else outcome
+    if kind == "error":
+        raise UserError(value)
+    return value
+
+
+def read_resume(config: cfg.Config, backend_name: str) -> Optional[checkpoint.Resumed]:
+    if not config.training.resume:
+        return None
+    return checkpoint.read_state(checkpoint.resolve(Path(config.training.resume)), backend_name)
+
+
+def choose_run_dir(config: cfg.Config, backend: str, resumed: Optional[checkpoint.Resumed]) -> Path:
+    if config.output.dir:
+        return Path(config.output.dir)
+    return checkpoint.run_dir_of(resumed.directory if resumed else None) or default_run_dir(backend)
+
+
+def train(config: cfg.Config, backend_name: str) -> dict:
+    """Train as configured; returns the summary (rank 0 also writes it)."""
+    started = time.time()
+    data = datasets.open_data(config)
+    num_classes = datasets.check_num_classes(config, data)
+    horovod_settings = horovod_env.apply(config.horovod)  # Horovod reads them in hvd.init()
+    backend = registry.create_backend(backend_name)
+    ctx = backend.init(config)
+    resumed = on_main_then_share(backend, ctx, lambda: read_resume(config, backend_name), "resume")
+    outputs = RunOutputs(choose_run_dir(config, backend_name, resumed), enabled=ctx.is_main)
+    outputs.say(f"hvdcls {__version__}: {backend_name} backend, {ctx.size} process(es) "
+                f"({ctx.controller}), {data.name}: {len(data.train)} train / {len(data.val)} val "
+                f"images, {num_classes} classes -> {outputs.run_dir}")
+    outputs.write_config(cfg.to_yaml(config))
+    model_info = backend.build(config, num_classes)
+    start_epoch, history = 0, []
+    if resumed is not None:
+        if ctx.is_main:
+            backend.load(resumed.directory)
+        backend.broadcast_state()  # Horovod: every rank continues from rank 0's checkpoint
+        start_epoch, history = resumed.state["epoch"], resumed.state["history"]
+        outputs.say(f"resumed from {resumed.directory} after epoch {start_epoch}")
+    history = Trainer(config, backend, ctx, data, outputs).run(start_epoch, history)
+    summary = make_summary(config, ctx, data, model_info, horovod_settings, history, started,
+                           resumed)
+    outputs.write_summary(summary)
+    outputs.say(f"done: val accuracy {summary['val_accuracy']:.4f} "
+                f"(best {summary['best_val_accuracy']:.4f}), {summary['images_per_sec']:.1f} img/s, "
+                f"{summary['wall_seconds']:.1f} s; outputs in {outputs.run_dir}")
+    return summary
+
+
+def make_summary(config: cfg.Config, ctx: Context, data: datasets.Data, model_info: dict,
+                 horovod_settings: dict, history: list[dict], started: float,
+                 resumed: Optional[checkpoint.Resumed]) -> dict:
+    this_run = [r for r in history if r["epoch"] > (resumed.state["epoch"] if resumed else 0)]
+    images = sum(r["train_images"] for r in this_run)
+    seconds = sum(r["train_seconds"] for r in this_run)
+    return {
+        "backend": ctx.backend, "world_size": ctx.size, "controller": ctx.controller,
+        "model": config.model.name, "dataset": data.name, "data": data.description,
+        "num_classes": data.num_classes, "epochs": config.training.epochs,
+        "val_accuracy": history[-1]["val_accuracy"] if history else None,
+        "best_val_accuracy": max((r["val_accuracy"] for r in history), default=None),
+        "val_loss": history[-1]["val_loss"] if history else None,
+        "images_per_sec": images / seconds if seconds else None,
+        "wall_seconds": time.time() - started,
+        "resumed_from": str(resumed.directory) if resumed else None,
+        "device": ctx.device, "threads_per_process": ctx.threads,
+        "model_info": model_info,
+        "horovod": {**model_info.get("horovod", {}), "environment": horovod_settings},
+        "versions": {"hvdcls": __version__, "python": platform.python_version(), **ctx.versions},
+        "config": cfg.to_dict(config),
+    }
+
+
+def run(backend_name: str, config_file: Optional[Path], overrides: list[str], flags: dict) -> int:
+    registry.get(backend_name)
+    train(cfg.load(config_file, overrides, flags), backend_name)
+    return 0

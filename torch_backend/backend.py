@@ -1,0 +1,174 @@
+"""The PyTorch backend: horovod.torch's DistributedOptimizer around a torch model.
+
+Mirror: tf_backend/backend.py. Lines that exist only for distribution say `# Horovod:`.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import horovod.torch as hvd
+import numpy as np
+import torch
+import torch.nn.functional as F
+import torchvision
+
+from hvdcls.backend import Backend, Context, Sums, threads_per_process
+from hvdcls.batches import EpochBatches
+from hvdcls.config import Config
+from hvdcls.errors import UserError
+from torch_backend import data, models
+
+CHECKPOINT_FILE = "torch.pt"
+
+
+def make_optimizer(params, config: Config) -> torch.optim.Optimizer:
+    opt = config.optimizer
+    if opt.name == "sgd":
+        return torch.optim.SGD(params, lr=opt.lr, momentum=opt.momentum, nesterov=opt.nesterov,
+                               weight_decay=opt.weight_decay)
+    if opt.name == "adam":  # L2 added to the gradient, as torch's Adam does
+        return torch.optim.Adam(params, lr=opt.lr, weight_decay=opt.weight_decay)
+    return torch.optim.AdamW(params, lr=opt.lr, weight_decay=opt.weight_decay)
+
+
+def amp_dtype(config: Config, device: torch.device) -> torch.dtype | None:
+    if not config.training.amp:
+        return None
+    name = config.training.amp_dtype
+    if name == "auto":
+        return torch.float16 if device.type == "cuda" else torch.bfloat16
+    return getattr(torch, name)
+
+
+def pick_device(config: Config, local_rank: int) -> torch.device:
+    wanted = config.training.device
+    if wanted == "cuda" and not torch.cuda.is_available():
+        raise UserError("training.device=cuda but torch sees no CUDA device")
+    if wanted == "cuda" or (wanted == "auto" and torch.cuda.is_available()):
+        torch.cuda.set_device(local_rank)  # Horovod: one GPU per process, by local rank
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+class TorchBackend(Backend):
+    name = "torch"
+
+    def init(self, config: Config) -> Context:
+        hvd.init()  # Horovod: start the background thread and learn rank and size
+        threads = threads_per_process(config, hvd.local_size())
+        torch.set_num_threads(threads)
+        self.device = pick_device(config, hvd.local_rank())
+        controller = "mpi" if hvd.mpi_enabled() else "gloo"
+        return Context("torch", hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(),
+                       controller, str(self.device), threads,
+                       {"torch": torch.__version__, "torchvision": torchvision.__version__,
+                        "horovod": metadata.version("horovod")})
+
+    def build(self, config: Config, num_classes: int) -> dict:
+        hv = config.horovod
+        model = models.build_model(config.model.name, num_classes)
+        if hv.sync_bn:
+            model = models.convert_sync_batchnorm(model, hvd.SyncBatchNorm)  # Horovod: global BN stats
+        self.model = model.to(self.device)
+        self.clip = config.training.grad_clip_norm
+        self.dtype = amp_dtype(config, self.device)
+        self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=config.training.label_smoothing)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
+        # Horovod: average (or Adasum) the gradients over ranks every N backward passes.
+        self.optimizer = hvd.DistributedOptimizer(
+            make_optimizer(self.model.parameters(), config),
+            named_parameters=self.model.named_parameters(),
+            compression=hvd.Compression.fp16 if hv.compression == "fp16" else hvd.Compression.none,
+            op=hvd.Adasum if hv.op == "adasum" else hvd.Average,
+            backward_passes_per_step=hv.backward_passes_per_step)
+        self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
+        return {"parameters": models.count_parameters(self.model), "framework": "torch",
+                "amp_dtype": str(self.dtype).replace("torch.", "") if self.dtype else None,
+                "horovod": {"compression": hv.compression, "op": hv.op, "sync_bn": hv.sync_bn,
+                            "backward_passes_per_step": hv.backward_passes_per_step}}
+
+    def loader(self, batches: EpochBatches, workers: int):
+        return data.loader(batches, workers, pin_memory=self.device.type == "cuda")
+
+    def autocast(self):
+        if self.dtype is None:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def train_step(self, micro_batches: list, lr: float) -> Sums:
+        self.model.train()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad()
+        total = Sums(0.0, 0, 0)
+        for images, labels in micro_batches:
+            images, labels = images.to(self.device), labels.to(self.device)
+            with self.autocast():
+                logits = self.model(images)
+                loss = self.criterion(logits, labels)
+            # Accumulated passes each carry 1/N of the step's gradient.
+            self.scaler.scale(loss / len(micro_batches)).backward()
+            total = Sums(total.loss + loss.detach().float() * len(labels),
+                         total.correct + (logits.argmax(1) == labels).sum(), total.count + len(labels))
+        self.optimizer.synchronize()  # Horovod: wait for the all-reduced gradients
+        if self.scaler.is_enabled():
+            self.scaler.unscale_(self.optimizer)
+        if self.clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        with self.optimizer.skip_synchronize():  # Horovod: already synchronised above
+            self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return total
+
+    @torch.inference_mode()
+    def eval_step(self, batch) -> Sums:
+        self.model.eval()
+        images, labels = (t.to(self.device) for t in batch)
+        with self.autocast():
+            logits = self.model(images)
+        loss = F.cross_entropy(logits.float(), labels, reduction="sum")
+        return Sums(loss, (logits.argmax(1) == labels).sum(), len(labels))
+
+    def allreduce_sum(self, values: list[float], name: str) -> list[float]:
+        return hvd.allreduce(torch.tensor(values, dtype=torch.float64), op=hvd.Sum, name=name).tolist()
+
+    def broadcast_object(self, obj: Any, name: str) -> Any:
+        return hvd.broadcast_object(obj, root_rank=0, name=name)
+
+    def seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def sync_buffers(self) -> None:
+        buffers = [b for b in self.model.buffers() if b.is_floating_point()]
+        if hvd.size() > 1 and buffers:
+            averaged = hvd.grouped_allreduce(buffers, op=hvd.Average, name="bn_buffers")
+            for buffer, value in zip(buffers, averaged):
+                buffer.copy_(value)
+
+    def save(self, directory: Path) -> None:
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "scaler": self.scaler.state_dict()}, directory / CHECKPOINT_FILE)
+
+    def load(self, directory: Path) -> None:
+        path = directory / CHECKPOINT_FILE
+        try:
+            state = torch.load(path, map_location=self.device, weights_only=True)
+            self.model.load_state_dict(state["model"])
+        except (OSError, RuntimeError, KeyError) as err:
+            raise UserError(f"cannot load {path}: {str(err).splitlines()[0]}") from None
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+
+    def broadcast_state(self) -> None:
+        hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)  # Horovod
+        hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)  # Horovod
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return {name: t.detach().cpu().float().numpy() for name, t in self.model.state_dict().items()}
+
+
+def create() -> TorchBackend:
+    return TorchBackend()

@@ -1,0 +1,68 @@
+"""Models for the PyTorch backend: compact_cnn (see hvdcls/models.py) or torchvision by name.
+
+Mirror: tf_backend/models.py.
+"""
+from __future__ import annotations
+
+import torch
+import torchvision
+from torch import nn
+
+from hvdcls.errors import UserError
+from hvdcls.models import BN_EPSILON, BN_MOMENTUM, COMPACT_CNN, COMPACT_CNN_LAYERS, Conv, normalise_name
+
+
+def compact_cnn(num_classes: int) -> nn.Module:
+    layers: list[nn.Module] = []
+    channels = 3
+    for spec in COMPACT_CNN_LAYERS:
+        if isinstance(spec, Conv):
+            conv = nn.Conv2d(channels, spec.filters, 3, padding=1, bias=False)
+            nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
+            layers += [conv, nn.BatchNorm2d(spec.filters, eps=BN_EPSILON, momentum=BN_MOMENTUM),
+                       nn.ReLU(inplace=True)]
+            channels = spec.filters
+        else:
+            layers.append(nn.MaxPool2d(spec.size))
+    head = nn.Linear(channels, num_classes)
+    nn.init.xavier_uniform_(head.weight)
+    nn.init.zeros_(head.bias)
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), head)
+
+
+def torchvision_names() -> dict[str, str]:
+    """Classification models torchvision builds by name, keyed by normalised name."""
+    return {normalise_name(n): n for n in torchvision.models.list_models(module=torchvision.models)}
+
+
+def build_model(name: str, num_classes: int) -> nn.Module:
+    """An untrained model; an unknown name is a one-line UserError listing examples."""
+    if normalise_name(name) == normalise_name(COMPACT_CNN):
+        return compact_cnn(num_classes)
+    known = torchvision_names()
+    if normalise_name(name) not in known:
+        raise UserError(f"unknown model {name!r} for the torch backend: use {COMPACT_CNN} or a "
+                        f"torchvision classification model (e.g. resnet18, resnet50, mobilenet_v3_small)")
+    return torchvision.models.get_model(known[normalise_name(name)], weights=None,
+                                        num_classes=num_classes)
+
+
+def convert_sync_batchnorm(module: nn.Module, sync_bn_class) -> nn.Module:
+    """Replace every BatchNorm2d by Horovod's SyncBatchNorm, keeping its parameters."""
+    if isinstance(module, nn.BatchNorm2d):
+        sync = sync_bn_class(module.num_features, eps=module.eps, momentum=module.momentum,
+                             affine=module.affine, track_running_stats=module.track_running_stats)
+        sync.load_state_dict(module.state_dict())
+        return sync
+    for name, child in module.named_children():
+        setattr(module, name, convert_sync_batchnorm(child, sync_bn_class))
+    return module
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def to_channels_first(images: torch.Tensor) -> torch.Tensor:
+    """The core hands out NHWC (numpy's and Keras' layout); torch convolutions want NCHW."""
+    return images.permute(0, 3, 1, 2).contiguous()
