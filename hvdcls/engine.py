@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -37,8 +37,14 @@ def grouped(batches: Iterable, size: int) -> Iterator[list]:
             group = []
 
 
-def add(total: Sums, step: Sums) -> Sums:
-    return Sums(*(a + b for a, b in zip(total, step)))
+def add(total: Optional[Sums], step: Sums) -> Sums:
+    """Running sums in the framework's own dtypes (starting from the first step's, not 0.0:
+    TensorFlow will not add a Python float to an int32 tensor)."""
+    return step if total is None else Sums(*(a + b for a, b in zip(total, step)))
+
+
+def as_floats(total: Optional[Sums]) -> list[float]:
+    return [0.0, 0.0, 0.0] if total is None else [float(v) for v in total]
 
 
 @dataclass
@@ -72,7 +78,7 @@ class Trainer:
         batches = EpochBatches(self.data.train, self.shards.batches(epoch), self.preprocess,
                                epoch, train=True)
         steps, log_every = self.shards.steps_per_epoch, self.config.training.log_every
-        total, lr, started = Sums(0.0, 0.0, 0.0), 0.0, time.perf_counter()
+        total, lr, started = None, 0.0, time.perf_counter()
         loader = self.backend.loader(batches, self.config.data.workers)
         for step, micro in enumerate(grouped(loader, self.passes)):
             lr = self.lr_at(epoch * steps + step)
@@ -82,7 +88,7 @@ class Trainer:
                 self.outputs.say(f"epoch {epoch + 1} step {step + 1}/{steps} "
                                  f"loss {float(sums.loss) / float(sums.count):.4f} lr {lr:.4g}")
         seconds = time.perf_counter() - started
-        reduced = self.backend.allreduce_sum([float(v) for v in total], f"train_metrics.{epoch}")
+        reduced = self.backend.allreduce_sum(as_floats(total), f"train_metrics.{epoch}")
         return Reduced.from_sums(reduced), seconds, lr
 
     def evaluate(self) -> Reduced:
@@ -90,10 +96,10 @@ class Trainer:
         val = self.data.val
         indices = eval_batches(len(val), self.ctx.size, self.ctx.rank, self.config.training.batch_size)
         batches = EpochBatches(val, indices, self.preprocess, 0, train=False)
-        total = Sums(0.0, 0.0, 0.0)
+        total = None
         for batch in self.backend.loader(batches, self.config.data.workers):
             total = add(total, self.backend.eval_step(batch))
-        return Reduced.from_sums(self.backend.allreduce_sum([float(v) for v in total], "val_metrics"))
+        return Reduced.from_sums(self.backend.allreduce_sum(as_floats(total), "val_metrics"))
 
     def run(self, start_epoch: int, history: list[dict]) -> list[dict]:
         """Epochs start_epoch+1 .. epochs; returns the metrics of every epoch of the run."""

@@ -18,6 +18,7 @@ import torchvision
 from hvdcls.backend import Backend, Context, Sums, threads_per_process
 from hvdcls.batches import EpochBatches
 from hvdcls.config import Config
+from hvdcls.engine import add
 from hvdcls.errors import UserError
 from torch_backend import data, models
 
@@ -103,7 +104,7 @@ class TorchBackend(Backend):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.zero_grad()
-        total = Sums(0.0, 0, 0)
+        total = None
         for images, labels in micro_batches:
             images, labels = images.to(self.device), labels.to(self.device)
             with self.autocast():
@@ -111,8 +112,8 @@ class TorchBackend(Backend):
                 loss = self.criterion(logits, labels)
             # Accumulated passes each carry 1/N of the step's gradient.
             self.scaler.scale(loss / len(micro_batches)).backward()
-            total = Sums(total.loss + loss.detach().float() * len(labels),
-                         total.correct + (logits.argmax(1) == labels).sum(), total.count + len(labels))
+            total = add(total, Sums(loss.detach().float() * len(labels),
+                                    (logits.argmax(1) == labels).sum(), len(labels)))
         self.optimizer.synchronize()  # Horovod: wait for the all-reduced gradients
         if self.scaler.is_enabled():
             self.scaler.unscale_(self.optimizer)

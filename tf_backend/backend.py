@@ -1,0 +1,242 @@
+"""The TensorFlow backend: horovod.tensorflow's DistributedGradientTape around a Keras 3 model.
+
+Mirror: torch_backend/backend.py. Lines that exist only for distribution say `# Horovod:`.
+
+Keras 3 note: Horovod's helpers expect `tf.Variable`s but Keras 3 hands out its own
+variables (`broadcast_variables` fails with "'SymbolicTensor' object has no attribute
+'assign'", `DistributedGradientTape` with "no attribute 'ref'"). We pass the underlying
+`tf.Variable`s, `v.value`, everywhere Horovod sees a variable.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from importlib import metadata  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import horovod.tensorflow as hvd  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from hvdcls.backend import Backend, Context, Sums, threads_per_process  # noqa: E402
+from hvdcls.batches import EpochBatches  # noqa: E402
+from hvdcls.config import Config  # noqa: E402
+from hvdcls.engine import add  # noqa: E402
+from hvdcls.errors import UserError  # noqa: E402
+from tf_backend import data, models  # noqa: E402
+
+CHECKPOINT_FILE = "tensorflow.npz"
+
+
+def tf_variables(variables) -> list[tf.Variable]:
+    """Keras 3 variables -> the tf.Variables Horovod can broadcast and differentiate."""
+    return [v.value for v in variables]
+
+
+def make_optimizer(config: Config) -> keras.optimizers.Optimizer:
+    """Same update rules as torch_backend: SGD and Adam take weight decay as L2 on the gradient
+    (added in train step), AdamW decouples it."""
+    opt = config.optimizer
+    if opt.name == "sgd":
+        return keras.optimizers.SGD(opt.lr, momentum=opt.momentum, nesterov=opt.nesterov)
+    if opt.name == "adam":
+        return keras.optimizers.Adam(opt.lr, epsilon=1e-8)
+    return keras.optimizers.AdamW(opt.lr, weight_decay=opt.weight_decay, epsilon=1e-8)
+
+
+def amp_policy(config: Config, on_gpu: bool) -> str | None:
+    if not config.training.amp:
+        return None
+    name = config.training.amp_dtype
+    if name == "auto":
+        name = "float16" if on_gpu else "bfloat16"
+    return f"mixed_{name}"
+
+
+def pick_device(config: Config, local_rank: int) -> str:
+    gpus = tf.config.list_physical_devices("GPU")
+    wanted = config.training.device
+    if wanted == "cuda" and not gpus:
+        raise UserError("training.device=cuda but TensorFlow sees no GPU (tensorflow-cpu installed?)")
+    if gpus and wanted != "cpu":
+        gpu = gpus[local_rank % len(gpus)]  # Horovod: one GPU per process, by local rank
+        tf.config.set_visible_devices(gpu, "GPU")
+        tf.config.experimental.set_memory_growth(gpu, True)
+        return f"cuda:{local_rank % len(gpus)}"
+    tf.config.set_visible_devices([], "GPU")
+    return "cpu"
+
+
+class TensorFlowBackend(Backend):
+    name = "tensorflow"
+
+    def init(self, config: Config) -> Context:
+        hvd.init()  # Horovod: start the background thread and learn rank and size
+        threads = threads_per_process(config, hvd.local_size())
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(min(threads, 2))
+        self.device = pick_device(config, hvd.local_rank())
+        controller = "mpi" if hvd.mpi_enabled() else "gloo"
+        return Context("tensorflow", hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(),
+                       controller, self.device, threads,
+                       {"tensorflow": tf.__version__, "keras": keras.__version__,
+                        "horovod": metadata.version("horovod")})
+
+    def build(self, config: Config, num_classes: int) -> dict:
+        hv, training = config.horovod, config.training
+        policy = amp_policy(config, self.device != "cpu")
+        keras.mixed_precision.set_global_policy(policy or "float32")
+        if hv.sync_bn:
+            raise UserError("horovod.sync_bn is not available for the tensorflow backend yet "
+                            "(Horovod's SyncBatchNormalization does not work with Keras 3)")
+        self.loss_scaled = policy == "mixed_float16"
+        if self.loss_scaled and training.grad_clip_norm:
+            raise UserError("training.grad_clip_norm with float16 mixed precision is not supported "
+                            "by the tensorflow backend: use training.amp_dtype=bfloat16")
+        self.model = models.build_model(config.model.name, num_classes, config.data.image_size)
+        optimizer = make_optimizer(config)
+        self.optimizer = keras.optimizers.LossScaleOptimizer(optimizer) if self.loss_scaled else optimizer
+        self.optimizer.build(self.model.trainable_variables)  # slots exist before any broadcast
+        self.l2 = config.optimizer.weight_decay if config.optimizer.name != "adamw" else 0.0
+        self.clip = training.grad_clip_norm
+        self.smoothing = training.label_smoothing
+        self.passes = hv.backward_passes_per_step
+        self.compression = hvd.Compression.fp16 if hv.compression == "fp16" else hvd.Compression.none
+        self.op = hvd.Adasum if hv.op == "adasum" else hvd.Average
+        self.num_classes = num_classes
+        self._compile_steps()
+        self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
+        return {"parameters": models.count_parameters(self.model), "framework": "tensorflow",
+                "amp_dtype": policy.removeprefix("mixed_") if policy else None,
+                "horovod": {"compression": hv.compression, "op": hv.op, "sync_bn": hv.sync_bn,
+                            "backward_passes_per_step": hv.backward_passes_per_step}}
+
+    def _compile_steps(self) -> None:
+        self._train_one = tf.function(self._train_one_eager, reduce_retracing=True)
+        self._local_grads = tf.function(self._local_grads_eager, reduce_retracing=True)
+        self._apply_accumulated = tf.function(self._apply_accumulated_eager, reduce_retracing=True)
+        self._eval = tf.function(self._eval_eager, reduce_retracing=True)
+
+    def loader(self, batches: EpochBatches, workers: int):
+        return data.loader(batches, workers)
+
+    def loss(self, labels, logits):
+        """Mean cross-entropy, label smoothing as torch's CrossEntropyLoss does it."""
+        logits = tf.cast(logits, tf.float32)
+        if self.smoothing:
+            one_hot = tf.one_hot(labels, self.num_classes)
+            return tf.reduce_mean(keras.losses.categorical_crossentropy(
+                one_hot, logits, from_logits=True, label_smoothing=self.smoothing))
+        return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
+
+    @staticmethod
+    def sums(loss, logits, labels) -> Sums:
+        count = tf.shape(labels)[0]
+        correct = tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == labels, tf.int32))
+        return Sums(loss * tf.cast(count, tf.float32), correct, count)
+
+    def _forward(self, images, labels):
+        logits = self.model(images, training=True)
+        loss = self.loss(labels, logits)
+        return logits, loss, (self.optimizer.scale_loss(loss) if self.loss_scaled else loss)
+
+    def _train_one_eager(self, images, labels):
+        with tf.GradientTape() as tape:
+            logits, loss, scaled = self._forward(images, labels)
+        # Horovod: the tape all-reduces the gradients (fused, compressed) as it returns them.
+        tape = hvd.DistributedGradientTape(tape, compression=self.compression, op=self.op)
+        self._apply(tape.gradient(scaled, tf_variables(self.model.trainable_variables)))
+        return self.sums(loss, logits, labels)
+
+    def _local_grads_eager(self, images, labels):
+        with tf.GradientTape() as tape:
+            logits, loss, scaled = self._forward(images, labels)
+        grads = tape.gradient(scaled, tf_variables(self.model.trainable_variables))
+        return grads, self.sums(loss, logits, labels)
+
+    def _apply_accumulated_eager(self, grads):
+        # Horovod: one all-reduce for the N accumulated passes, as DistributedOptimizer does.
+        self._apply(hvd.grouped_allreduce(grads, op=self.op, compression=self.compression))
+
+    def _apply(self, grads) -> None:
+        variables = self.model.trainable_variables
+        if self.l2:
+            grads = [g + self.l2 * tf.cast(v.value, g.dtype) for g, v in zip(grads, variables)]
+        if self.clip:
+            grads, _ = tf.clip_by_global_norm(grads, self.clip)
+        self.optimizer.apply_gradients(zip(grads, variables))
+
+    def train_step(self, micro_batches: list, lr: float) -> Sums:
+        self.optimizer.learning_rate.assign(lr)
+        if len(micro_batches) == 1:
+            return self._train_one(*micro_batches[0])
+        total, accumulated = None, None
+        for images, labels in micro_batches:
+            grads, sums = self._local_grads(images, labels)
+            # Accumulated passes each carry 1/N of the step's gradient.
+            scaled = [g / len(micro_batches) for g in grads]
+            accumulated = scaled if accumulated is None else [a + g for a, g in zip(accumulated, scaled)]
+            total = add(total, sums)
+        self._apply_accumulated(accumulated)
+        return total
+
+    def _eval_eager(self, images, labels):
+        logits = tf.cast(self.model(images, training=False), tf.float32)
+        loss = tf.reduce_sum(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
+        correct = tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == labels, tf.int32))
+        return Sums(loss, correct, tf.shape(labels)[0])
+
+    def eval_step(self, batch) -> Sums:
+        return self._eval(*batch)
+
+    def allreduce_sum(self, values: list[float], name: str) -> list[float]:
+        return hvd.allreduce(tf.constant(values, tf.float64), op=hvd.Sum, name=name).numpy().tolist()
+
+    def broadcast_object(self, obj: Any, name: str) -> Any:
+        return hvd.broadcast_object(obj, root_rank=0, name=name)
+
+    def seed(self, seed: int) -> None:
+        tf.random.set_seed(seed)
+
+    def sync_buffers(self) -> None:
+        buffers = tf_variables(self.model.non_trainable_variables)
+        if hvd.size() > 1 and buffers:
+            averaged = hvd.grouped_allreduce(buffers, op=hvd.Average, name="bn_buffers")
+            for buffer, value in zip(buffers, averaged):
+                buffer.assign(value)
+
+    def save(self, directory: Path) -> None:
+        arrays = {f"model/{i}": v.numpy() for i, v in enumerate(self.model.variables)}
+        arrays.update({f"optimizer/{i}": v.numpy() for i, v in enumerate(self.optimizer.variables)})
+        with open(directory / CHECKPOINT_FILE, "wb") as handle:
+            np.savez(handle, **arrays)
+
+    def load(self, directory: Path) -> None:
+        path = directory / CHECKPOINT_FILE
+        try:
+            with np.load(path) as arrays:
+                stored = {key: arrays[key] for key in arrays.files}
+        except (OSError, ValueError) as err:
+            raise UserError(f"cannot load {path}: {err}") from None
+        for prefix, variables in (("model", self.model.variables), ("optimizer", self.optimizer.variables)):
+            names = [k for k in stored if k.startswith(prefix + "/")]
+            if len(names) != len(variables):
+                raise UserError(f"cannot load {path}: it holds {len(names)} {prefix} variables, "
+                                f"the configured {prefix} has {len(variables)}")
+            for i, variable in enumerate(variables):
+                variable.assign(stored[f"{prefix}/{i}"])
+
+    def broadcast_state(self) -> None:
+        hvd.broadcast_variables(tf_variables(self.model.variables), root_rank=0)  # Horovod
+        hvd.broadcast_variables(tf_variables(self.optimizer.variables), root_rank=0)  # Horovod
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return {v.path: np.asarray(v.numpy(), np.float32) for v in self.model.variables}
+
+
+def create() -> TensorFlowBackend:
+    return TensorFlowBackend()
