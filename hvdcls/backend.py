@@ -83,6 +83,10 @@ class Backend(abc.ABC):
         """Rank 0's picklable `obj`, on every rank."""
 
     @abc.abstractmethod
+    def allgather_object(self, obj: Any, name: str) -> list:
+        """Every rank's picklable `obj`, in rank order, on every rank."""
+
+    @abc.abstractmethod
     def seed(self, seed: int) -> None:
         """Seed the framework's own generators (dropout and the like)."""
 
@@ -114,3 +118,16 @@ def threads_per_process(config: Config, local_size: int) -> int:
         return config.training.threads
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, cores // max(1, local_size))
+
+
+def weights_digest(weights: dict[str, Any]) -> str:
+    """sha256 over a model's arrays (by name, as float32): equal digests, equal models."""
+    import hashlib
+
+    import numpy as np
+
+    digest = hashlib.sha256()
+    for name in sorted(weights):
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(weights[name], np.float32).tobytes())
+    return digest.hexdigest()

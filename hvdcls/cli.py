@@ -53,7 +53,8 @@ BUILTIN_DATA = ("digits", "synthetic")
 # torchvision/timm-style flags -> config keys (flags win over the file and key=value).
 TRAIN_FLAGS = {"model": "model.name", "epochs": "training.epochs", "batch_size": "training.batch_size",
                "lr": "optimizer.lr", "amp": "training.amp", "resume": "training.resume",
-               "output_dir": "output.dir", "workers": "data.workers", "seed": "training.seed"}
+               "output_dir": "output.dir", "workers": "data.workers", "seed": "training.seed",
+               "eval_only": "training.eval_only"}
 
 
 def train_flags(args: argparse.Namespace) -> dict:
@@ -87,6 +88,8 @@ def add_train(sub) -> None:
     parser.add_argument("--output-dir", help="default runs/<timestamp>-<backend>")
     parser.add_argument("-j", "--workers", type=int, help="data loader workers per process")
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--eval-only", "--test-only", dest="eval_only", action="store_true",
+                        default=None, help="evaluate the --resume checkpoint and stop")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="dotted config overrides, e.g. optimizer.lr=0.05 horovod.compression=fp16")
     parser.set_defaults(handler=run_train)

@@ -88,6 +88,7 @@ class TrainingConfig:
     device: str = "auto"  # auto | cpu | cuda
     threads: Optional[int] = None  # compute threads per process; None: cores / local ranks
     resume: Optional[str] = None  # checkpoint directory, or a run directory (its latest)
+    eval_only: bool = False  # evaluate the resumed checkpoint on the validation split, then stop
     log_every: int = 50  # steps between progress lines
 
 
@@ -123,6 +124,7 @@ class Config:
     output: OutputConfig = field(default_factory=OutputConfig)
 
 
+SECTIONS = ("model", "data", "optimizer", "schedule", "training", "horovod", "output")
 CHOICES = {
     "data.name": ("auto", "digits", "synthetic", "imagefolder", "lmdb"),
     "optimizer.name": ("sgd", "adam", "adamw"),
@@ -170,12 +172,25 @@ def load(config_file: Optional[Path] = None, overrides: list[str] = (),
         layers.append(("flag", lambda: OmegaConf.create(_nest(flags))))
     for source, make in layers:
         try:
-            merged = OmegaConf.merge(merged, make())
+            layer = make()
+            _check_sections(layer, source)
+            merged = OmegaConf.merge(merged, layer)
         except OmegaConfBaseException as err:
             raise _one_line(err, source) from None
-    config: Config = OmegaConf.to_object(merged)
+    try:
+        config: Config = OmegaConf.to_object(merged)  # resolves ${...} interpolations
+    except OmegaConfBaseException as err:
+        raise _one_line(err, "value") from None
     validate(config)
     return config
+
+
+def _check_sections(layer, source: str) -> None:
+    """`training=3` would replace a whole section: name it rather than OmegaConf's '?'."""
+    for section in SECTIONS:
+        if section in layer and not OmegaConf.is_dict(layer._get_node(section)):
+            raise UserError(f"config {source}: {section}: is a section, set its keys "
+                            f"(e.g. {section}.<key>=...) or give a mapping")
 
 
 def _read_yaml(path: Path):
@@ -230,6 +245,8 @@ def validate(config: Config) -> None:
         raise UserError(f"config optimizer.momentum={config.optimizer.momentum}: must be in [0, 1)")
     if config.optimizer.nesterov and config.optimizer.momentum == 0:
         raise UserError("config optimizer.nesterov=true needs optimizer.momentum > 0")
+    if config.training.eval_only and not config.training.resume:
+        raise UserError("config training.eval_only=true needs a checkpoint to evaluate: --resume PATH")
     if not 0 <= config.training.label_smoothing < 1:
         raise UserError(f"config training.label_smoothing={config.training.label_smoothing}: "
                         "must be in [0, 1)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -91,14 +91,11 @@ def _write_split(env, split: str, paths: list[Path], labels: list[int], bar, chu
 
 @dataclass
 class LMDBSource:
-    """One split of an LMDB file. The environment is opened lazily, once per process, so
-    the source can be handed to forked loader workers before anything is opened."""
+    """One split of an LMDB file; holds no open handle, so it can go to loader workers."""
 
     path: Path
     split: str
     labels: np.ndarray
-    _env: object = field(default=None, repr=False)
-    _env_pid: int = field(default=-1, repr=False)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -107,10 +104,7 @@ class LMDBSource:
         return int(self.labels[index])
 
     def _record(self, index: int) -> bytes:
-        if self._env is None or self._env_pid != os.getpid():
-            self._env = open_env(self.path)
-            self._env_pid = os.getpid()
-        with self._env.begin(buffers=False) as txn:
+        with open_env(self.path).begin(buffers=False) as txn:
             value = txn.get(record_key(self.split, int(index)))
         if value is None:
             raise UserError(f"{self.path} has no record {record_key(self.split, int(index)).decode()}")
@@ -121,36 +115,34 @@ class LMDBSource:
 
         return open_image_bytes(self._record(index)[LABEL.size:], f"{self.path}:{self.split}/{index}")
 
-    def __getstate__(self):  # never pickle an open environment into a worker
-        state = dict(self.__dict__)
-        state["_env"] = None
-        return state
+
+_ENVS: dict[tuple[str, int], object] = {}
 
 
 def open_env(path: Path):
-    try:
-        return _lmdb().open(str(path), subdir=path.is_dir(), readonly=True, lock=False,
-                            readahead=False, max_readers=512)
-    except Exception as err:
-        raise UserError(f"{path} is neither an ImageFolder directory nor an LMDB file "
-                        f"({str(err).splitlines()[0]})") from None
+    """One read-only environment per file and process: LMDB refuses a second one in the same
+    process, and one opened before a fork must not be used by the child (hence the pid)."""
+    key = (str(Path(path).resolve()), os.getpid())
+    if key not in _ENVS:
+        try:
+            _ENVS[key] = _lmdb().open(str(path), subdir=Path(path).is_dir(), readonly=True,
+                                      lock=False, readahead=False, max_readers=512)
+        except Exception as err:
+            raise UserError(f"{path} is neither an ImageFolder directory nor an LMDB file "
+                            f"({str(err).splitlines()[0]})") from None
+    return _ENVS[key]
 
 
 def read_meta(path: Path) -> dict:
-    env = open_env(path)
-    try:
-        with env.begin() as txn:
-            raw = txn.get(META_KEY)
+    with open_env(path).begin() as txn:
+        raw = txn.get(META_KEY)
         if raw is None:
             raise UserError(f"{path} is an LMDB file but not one `hvdcls data pack` wrote (no __meta__)")
         meta = json.loads(raw)
         if meta.get("format") != FORMAT or meta.get("version") != VERSION:
             raise UserError(f"{path}: unsupported LMDB layout {meta.get('format')} v{meta.get('version')}")
-        with env.begin() as txn:
-            meta["labels"] = {split: _labels(txn, split, n) for split, n in meta["splits"].items()}
-        return meta
-    finally:
-        env.close()
+        meta["labels"] = {split: _labels(txn, split, n) for split, n in meta["splits"].items()}
+    return meta
 
 
 def _labels(txn, split: str, count: int) -> np.ndarray:

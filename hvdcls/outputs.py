@@ -3,6 +3,7 @@
     RUN_DIR/metrics.jsonl   one JSON object per epoch
     RUN_DIR/summary.json    the result, versions and the resolved config
     RUN_DIR/config.yaml     the resolved config, to rerun with --config
+    RUN_DIR/eval.json       what --eval-only measured
     RUN_DIR/checkpoints/    see hvdcls.checkpoint
 
 Every file is written to a temporary name and renamed, so readers never see half a file.
@@ -18,6 +19,7 @@ from typing import Optional
 from hvdcls.fileio import write_atomic, write_json_atomic
 
 METRICS_FILE, SUMMARY_FILE, CONFIG_FILE = "metrics.jsonl", "summary.json", "config.yaml"
+EVAL_FILE = "eval.json"  # written by --eval-only
 
 
 def default_run_dir(backend: str, now: Optional[float] = None) -> Path:
@@ -61,5 +63,8 @@ class RunOutputs:
             write_atomic(self.run_dir / METRICS_FILE, lines.encode())
 
     def write_summary(self, summary: dict) -> None:
+        self.write_json(SUMMARY_FILE, summary)
+
+    def write_json(self, name: str, obj: dict) -> None:
         if self.enabled:
-            write_json_atomic(self.run_dir / SUMMARY_FILE, summary)
+            write_json_atomic(self.run_dir / name, obj)

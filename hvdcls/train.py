@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hvdcls import __version__, checkpoint, config as cfg, datasets, horovod_env, registry
-from hvdcls.backend import Backend, Context
+from hvdcls.backend import Backend, Context, weights_digest
 from hvdcls.engine import Trainer
 from hvdcls.errors import UserError
-from hvdcls.outputs import RunOutputs, default_run_dir
+from hvdcls.outputs import EVAL_FILE, RunOutputs, default_run_dir
 
 
 def on_main_then_share(backend: Backend, ctx: Context, work: Callable[[], object], name: str):
@@ -63,23 +63,50 @@ def train(config: cfg.Config, backend_name: str) -> dict:
     outputs.say(f"hvdcls {__version__}: {backend_name} backend, {ctx.size} process(es) "
                 f"({ctx.controller}), {data.name}: {len(data.train)} train / {len(data.val)} val "
                 f"images, {num_classes} classes -> {outputs.run_dir}")
-    outputs.write_config(cfg.to_yaml(config))
     model_info = backend.build(config, num_classes)
-    start_epoch, history = 0, []
-    if resumed is not None:
-        if ctx.is_main:
-            backend.load(resumed.directory)
-        backend.broadcast_state()  # Horovod: every rank continues from rank 0's checkpoint
-        start_epoch, history = resumed.state["epoch"], resumed.state["history"]
-        outputs.say(f"resumed from {resumed.directory} after epoch {start_epoch}")
-    history = Trainer(config, backend, ctx, data, outputs).run(start_epoch, history)
+    start_epoch, history = restore(backend, ctx, resumed, outputs)
+    trainer = Trainer(config, backend, ctx, data, outputs)
+    if config.training.eval_only:
+        return evaluate_only(trainer, backend, ctx, resumed, outputs)
+    outputs.write_config(cfg.to_yaml(config))
+    history = trainer.run(start_epoch, history)
     summary = make_summary(config, ctx, data, model_info, horovod_settings, history, started,
                            resumed)
+    summary["rank_weight_digests"] = rank_weight_digests(backend)
     outputs.write_summary(summary)
     outputs.say(f"done: val accuracy {summary['val_accuracy']:.4f} "
                 f"(best {summary['best_val_accuracy']:.4f}), {summary['images_per_sec']:.1f} img/s, "
                 f"{summary['wall_seconds']:.1f} s; outputs in {outputs.run_dir}")
     return summary
+
+
+def restore(backend: Backend, ctx: Context, resumed: Optional[checkpoint.Resumed],
+            outputs: RunOutputs) -> tuple[int, list[dict]]:
+    """(epochs done, their metrics): from the checkpoint, or (0, []) for a new run."""
+    if resumed is None:
+        return 0, []
+    if ctx.is_main:
+        backend.load(resumed.directory)
+    backend.broadcast_state()  # Horovod: every rank continues from rank 0's checkpoint
+    outputs.say(f"resumed from {resumed.directory} after epoch {resumed.state['epoch']}")
+    return resumed.state["epoch"], resumed.state["history"]
+
+
+def rank_weight_digests(backend: Backend) -> list[str]:
+    """Every rank's model digest, in rank order: one distinct value means the ranks agree."""
+    return backend.allgather_object(weights_digest(backend.weights()), "weight_digests")
+
+
+def evaluate_only(trainer: Trainer, backend: Backend, ctx: Context,
+                  resumed: checkpoint.Resumed, outputs: RunOutputs) -> dict:
+    val = trainer.evaluate()
+    result = {"backend": ctx.backend, "world_size": ctx.size, "checkpoint": str(resumed.directory),
+              "epoch": resumed.state["epoch"], "val_loss": val.loss, "val_accuracy": val.accuracy,
+              "val_images": val.count}
+    outputs.write_json(EVAL_FILE, result)
+    outputs.say(f"evaluated {resumed.directory}: val loss {val.loss:.4f} acc {val.accuracy:.4f} "
+                f"on {val.count} images ({ctx.size} process(es))")
+    return result
 
 
 def make_summary(config: cfg.Config, ctx: Context, data: datasets.Data, model_info: dict,

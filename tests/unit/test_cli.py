@@ -43,3 +43,50 @@ def test_missing_framework_names_the_fix(monkeypatch):
 def test_unknown_backend_lists_the_choices():
     with pytest.raises(UserError, match="torch, tensorflow"):
         registry.get("jax")
+
+
+def test_train_flags_map_onto_config_keys():
+    from hvdcls.cli import build_parser, parse, train_flags
+
+    args = parse(build_parser(), ["train", "--backend", "tensorflow", "--epochs", "3", "-b", "16",
+                                  "optimizer.lr=0.5", "--lr", "0.2", "--amp", "--data", "/d/x.lmdb",
+                                  "horovod.compression=fp16"])
+    assert args.backend == "tensorflow"
+    assert args.overrides == ["optimizer.lr=0.5", "horovod.compression=fp16"]
+    flags = {k: v for k, v in train_flags(args).items() if v is not None}
+    assert flags == {"training.epochs": 3, "training.batch_size": 16, "optimizer.lr": 0.2,
+                     "training.amp": True, "data.name": "auto", "data.path": "/d/x.lmdb"}
+
+
+def test_data_flag_takes_builtin_names():
+    from hvdcls.cli import build_parser, parse, train_flags
+
+    flags = train_flags(parse(build_parser(), ["train", "--data", "synthetic"]))
+    assert flags["data.name"] == "synthetic" and flags["data.path"] is None
+
+
+def test_flags_beat_overrides_in_the_loaded_config():
+    from hvdcls import config
+    from hvdcls.cli import build_parser, parse, train_flags
+
+    args = parse(build_parser(), ["train", "optimizer.lr=0.5", "--lr", "0.2"])
+    assert config.load(None, args.overrides, train_flags(args)).optimizer.lr == 0.2
+
+
+def test_stray_argument_is_one_line_exit_2():
+    result = run_cli("doctor", "optimizer.lr=1")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, names", [
+    (["optimizer.lrr=0.1"], "optimizer.lrr"),
+    (["training.epochs=-1"], "training.epochs"),
+    (["--epochs", "0"], "training.epochs"),
+    (["horovod.compression=zip"], "horovod.compression"),
+    (["--data", "/no/such/dir"], "/no/such/dir"),
+])
+def test_bad_train_input_is_one_line_exit_2(args, names):
+    result = run_cli("train", *args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and names in lines[0] and "Traceback" not in result.stderr

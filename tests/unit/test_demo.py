@@ -1,33 +1,38 @@
-"""`hvdcls demo`'s summary of each launch (the launches themselves are tests/parallel)."""
-from hvdcls.demo import summarise, table
-from hvdcls.smoke import LocalRun
+"""`hvdcls demo`'s table, from summaries shaped like the ones `hvdcls train` writes
+(the training runs themselves are tests/parallel)."""
+from hvdcls.demo import COLUMNS, TARGET_ACCURACY, summarise, table
 
 
-def report(rank: int, sha: str, ok: bool = True) -> dict:
-    return {"rank": rank, "controller": "gloo", "weights_sha256": sha, "passed": ok,
-            "checks": [{"name": "a", "ok": True, "detail": ""}, {"name": "b", "ok": ok, "detail": ""}]}
+def summary(accuracy: float, digests=("a", "a")) -> dict:
+    return {"world_size": len(digests), "val_accuracy": accuracy, "best_val_accuracy": accuracy,
+            "images_per_sec": 1234.56, "rank_weight_digests": list(digests)}
 
 
-def test_a_clean_run_is_ok():
-    row = summarise("torch", "horovodrun", LocalRun(0, 9.24, [report(0, "x"), report(1, "x")], ""))
-    assert row == {"backend": "torch", "launcher": "horovodrun", "ranks": 2, "controller": "gloo",
-                   "checks": "4/4", "same_weights": True, "seconds": 9.2, "ok": True}
+def test_a_run_above_target_with_equal_weights_is_ok():
+    row = summarise("torch", summary(0.9916), 24.94)
+    assert row == {"backend": "torch", "ranks": 2, "val_accuracy": 0.9916, "best_val_accuracy": 0.9916,
+                   "images_per_sec": 1234.6, "wall_seconds": 24.9, "same_weights": True, "ok": True}
 
 
-def test_a_failed_check_on_one_rank_fails_the_row():
-    row = summarise("torch", "mpirun", LocalRun(1, 3.0, [report(0, "x"), report(1, "y", ok=False)], ""))
-    assert row["checks"] == "3/4" and not row["same_weights"] and not row["ok"]
+def test_below_target_fails_the_row():
+    row = summarise("tensorflow", summary(TARGET_ACCURACY - 0.01), 1.0)
+    assert row["ok"] is False and row["same_weights"] is True
 
 
-def test_a_launch_that_wrote_nothing_fails_the_row():
-    row = summarise("tensorflow", "mpirun", LocalRun(0, 1.0, [], ""))
-    assert row["ranks"] == 0 and not row["ok"]
+def test_ranks_that_disagree_fail_the_row():
+    row = summarise("torch", summary(0.99, digests=("a", "b")), 1.0)
+    assert row["same_weights"] is False and row["ok"] is False
+
+
+def test_a_run_without_summary_fails_the_row():
+    row = summarise("tensorflow", None, 3.04)
+    assert row["ok"] is False and row["wall_seconds"] == 3.0 and row["val_accuracy"] == "-"
+    assert set(row) == set(COLUMNS)
 
 
 def test_table_aligns_columns():
-    rows = [summarise("tensorflow", "horovodrun", LocalRun(0, 13.0, [report(0, "x")], ""))]
+    rows = [summarise("torch", summary(0.99), 20.0), summarise("tensorflow", summary(0.98), 30.0)]
     lines = table(rows).splitlines()
-    assert lines[0].split() == ["backend", "launcher", "ranks", "controller", "checks",
-                                "same_weights", "seconds", "ok"]
-    assert lines[2].split()[:2] == ["tensorflow", "horovodrun"]
-    assert lines[0].index("launcher") == lines[2].index("horovodrun")
+    assert lines[0].split() == COLUMNS
+    assert [line.split()[0] for line in lines[2:]] == ["torch", "tensorflow"]
+    assert lines[0].index("val_accuracy") == lines[3].index("0.98")

@@ -1,0 +1,267 @@
+"""hvdcls.config: defaults, YAML + overrides + flags precedence, one-line UserErrors."""
+from pathlib import Path
+
+import pytest
+from omegaconf.errors import OmegaConfBaseException
+
+from hvdcls import config
+from hvdcls.errors import UserError
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG_FILES = sorted(p for pattern in ("*.yaml", "*.yml") for p in (REPO / "configs").glob(pattern))
+
+
+def user_error(**kwargs) -> str:
+    """The message of the UserError that config.load(**kwargs) raises; it must be one line."""
+    with pytest.raises(UserError) as info:
+        config.load(**kwargs)
+    message = str(info.value)
+    assert "\n" not in message, message
+    assert message.strip() == message and message
+    return message
+
+
+def write(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# --- defaults and precedence ------------------------------------------------------------------
+
+def test_defaults_load():
+    cfg = config.load()
+    assert isinstance(cfg, config.Config)
+    assert cfg.model.name == "compact_cnn" and cfg.model.num_classes is None
+    assert cfg.data.name == "auto" and cfg.data.path is None
+    assert cfg.data.image_size == 224
+    assert cfg.data.mean == config.IMAGENET_MEAN and cfg.data.std == config.IMAGENET_STD
+    assert cfg.optimizer.name == "sgd" and cfg.optimizer.lr == 0.1
+    assert cfg.optimizer.scale_lr == "linear"
+    assert cfg.schedule.name == "cosine" and cfg.schedule.milestones == []
+    assert cfg.training.epochs == 10 and cfg.training.batch_size == 32
+    assert cfg.horovod.backward_passes_per_step == 1 and cfg.horovod.fusion_threshold_mb is None
+    assert cfg.output.checkpoint_every == 1 and cfg.output.keep_checkpoints == 2
+    assert cfg == config.Config()
+
+
+def test_defaults_are_not_shared_between_loads():
+    first = config.load()
+    first.data.mean.append(9.0)
+    assert config.load().data.mean == config.IMAGENET_MEAN
+    assert config.IMAGENET_MEAN == [0.485, 0.456, 0.406]
+
+
+def test_overrides_are_typed():
+    cfg = config.load(overrides=["optimizer.lr=0.05", "training.epochs=3", "training.amp=true",
+                                 "schedule.milestones=[2,5]", "data.path=/data/x"])
+    assert cfg.optimizer.lr == 0.05 and isinstance(cfg.optimizer.lr, float)
+    assert cfg.training.epochs == 3 and isinstance(cfg.training.epochs, int)
+    assert cfg.training.amp is True
+    assert cfg.schedule.milestones == [2, 5]
+    assert cfg.data.path == "/data/x"
+
+
+def test_override_value_may_contain_equals():
+    assert config.load(overrides=["output.dir=a=b"]).output.dir == "a=b"
+
+
+def test_file_then_overrides_then_flags(tmp_path):
+    path = write(tmp_path, "training:\n  epochs: 7\n  batch_size: 16\n  seed: 3\n"
+                           "optimizer:\n  lr: 0.2\n  name: adam\n")
+    from_file = config.load(path)
+    training = from_file.training
+    assert (training.epochs, training.batch_size, training.seed) == (7, 16, 3)
+    assert from_file.optimizer.lr == 0.2 and from_file.optimizer.name == "adam"
+    assert from_file.optimizer.momentum == 0.9  # untouched keys keep their defaults
+
+    layered = config.load(path, overrides=["training.epochs=5", "training.batch_size=8"],
+                          flags={"training.epochs": 4, "optimizer.lr": 0.3})
+    assert layered.training.epochs == 4  # flag beats override beats file
+    assert layered.training.batch_size == 8  # override beats file
+    assert layered.training.seed == 3  # file beats default
+    assert layered.optimizer.lr == 0.3  # flag beats file
+    assert layered.optimizer.name == "adam"
+
+
+def test_none_flags_are_ignored():
+    cfg = config.load(overrides=["training.epochs=5"],
+                      flags={"training.epochs": None, "optimizer.lr": None})
+    assert cfg.training.epochs == 5 and cfg.optimizer.lr == 0.1
+
+
+def test_empty_config_file_gives_defaults(tmp_path):
+    assert config.load(write(tmp_path, "")) == config.Config()
+
+
+# --- errors: one line naming the key ----------------------------------------------------------
+
+@pytest.mark.parametrize("override, key", [
+    ("optimizer.lrr=1", "optimizer.lrr"),
+    ("nosuch.key=1", "nosuch"),
+    ("training.epochs=abc", "training.epochs"),
+    ("training.epochs=2.5", "training.epochs"),
+    ("training.amp=maybe", "training.amp"),
+    ("training.epochs=null", "training.epochs"),
+    ("optimizer.lr=[1]", "optimizer.lr"),
+])
+def test_bad_override_key_or_type(override, key):
+    message = user_error(overrides=[override])
+    assert message.startswith(f"config override: {key}: "), message
+
+
+def test_unknown_key_names_the_suggestion():
+    assert "Did you mean: 'lr'?" in user_error(overrides=["optimizer.lrr=1"])
+
+
+def test_bad_flag_names_the_key():
+    assert user_error(flags={"training.epochs": "abc"}).startswith("config flag: training.epochs: ")
+    assert user_error(flags={"optimizer.lrr": 1}).startswith("config flag: optimizer.lrr: ")
+
+
+def test_bad_key_in_file_names_the_file_and_key(tmp_path):
+    path = write(tmp_path, "optimizer:\n  lrr: 1\n")
+    assert user_error(config_file=path).startswith(f"config file {path}: optimizer.lrr: ")
+
+
+@pytest.mark.parametrize("override, key", [
+    ("optimizer.name=lamb", "optimizer.name"),
+    ("optimizer.scale_lr=sqrt", "optimizer.scale_lr"),
+    ("schedule.name=poly", "schedule.name"),
+    ("data.name=cifar", "data.name"),
+    ("training.device=tpu", "training.device"),
+    ("horovod.compression=bf16", "horovod.compression"),
+    ("horovod.op=sum", "horovod.op"),
+])
+def test_out_of_choice_values(override, key):
+    value = override.split("=", 1)[1]
+    allowed = ", ".join(config.CHOICES[key])
+    assert user_error(overrides=[override]) == f"config {key}={value!r}: choose one of {allowed}"
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("training.epochs=0", "config training.epochs=0: must be > 0"),
+    ("training.epochs=-1", "config training.epochs=-1: must be > 0"),
+    ("training.batch_size=0", "config training.batch_size=0: must be > 0"),
+    ("horovod.backward_passes_per_step=0", "config horovod.backward_passes_per_step=0: must be > 0"),
+    ("output.keep_checkpoints=0", "config output.keep_checkpoints=0: must be > 0"),
+    ("optimizer.lr=-0.1", "config optimizer.lr=-0.1: must be >= 0"),
+    ("training.seed=-1", "config training.seed=-1: must be >= 0"),
+    ("data.workers=-2", "config data.workers=-2: must be >= 0"),
+    ("model.num_classes=0", "config model.num_classes=0: must be > 0 (or null)"),
+    ("horovod.fusion_threshold_mb=-1", "config horovod.fusion_threshold_mb=-1.0: must be > 0 (or null)"),
+    ("optimizer.momentum=1", "config optimizer.momentum=1.0: must be in [0, 1)"),
+    ("data.val_fraction=1", "config data.val_fraction=1.0: must be in (0, 1)"),
+    ("data.mean=[1,2]", "config data.mean=[1.0, 2.0]: needs 3 values (R, G, B)"),
+    ("schedule.milestones=[5,3]", "config schedule.milestones=[5, 3]: must be increasing epochs"),
+])
+def test_out_of_range_values(override, expected):
+    assert user_error(overrides=[override]) == expected
+
+
+def test_zero_is_allowed_where_non_negative():
+    cfg = config.load(overrides=["optimizer.lr=0", "data.workers=0", "output.checkpoint_every=0",
+                                 "optimizer.momentum=0", "optimizer.weight_decay=0"])
+    assert (cfg.optimizer.lr, cfg.data.workers, cfg.output.checkpoint_every) == (0.0, 0, 0)
+
+
+@pytest.mark.parametrize("item", ["optimizer.lr", "=3", " =3", "epochs"])
+def test_override_without_equals(item):
+    assert user_error(overrides=[item]) == (
+        f"override {item!r} is not key=value (e.g. optimizer.lr=0.05)")
+
+
+def test_missing_config_file(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    assert user_error(config_file=missing) == f"config file {missing} does not exist"
+
+
+@pytest.mark.parametrize("text", ["optimizer: {lr: [1\n", "optimizer:\n  lr: 0.5\n  lr: 0.6\n",
+                                  "training:\n\tepochs: 3\n"])
+def test_invalid_yaml(tmp_path, text):
+    path = write(tmp_path, text)
+    assert user_error(config_file=path).startswith(f"config file {path} is not valid YAML: ")
+
+
+def test_yaml_that_is_not_a_mapping(tmp_path):
+    path = write(tmp_path, "- model\n- data\n")
+    assert user_error(config_file=path) == (
+        f"config file {path} must hold a mapping of sections (model:, data:, ...)")
+
+
+@pytest.mark.parametrize("name", ["digits", "synthetic"])
+def test_path_with_a_pathless_data_set(name):
+    message = user_error(overrides=[f"data.name={name}", "data.path=/data/x"])
+    assert message.startswith(f"config data.path='/data/x' is set but data.name='{name}' uses no path")
+
+
+@pytest.mark.parametrize("name", ["imagefolder", "lmdb"])
+def test_path_needed(name):
+    assert user_error(overrides=[f"data.name={name}"]) == f"config data.name='{name}' needs data.path"
+
+
+@pytest.mark.parametrize("warmup", ["10", "12.5"])
+def test_warmup_not_shorter_than_training(warmup):
+    message = user_error(overrides=["training.epochs=10", f"schedule.warmup_epochs={warmup}"])
+    assert message == (f"config schedule.warmup_epochs={float(warmup)}: must be shorter than "
+                       "training.epochs=10")
+
+
+def test_warmup_just_shorter_is_fine():
+    cfg = config.load(overrides=["training.epochs=10", "schedule.warmup_epochs=9.5"])
+    assert cfg.schedule.warmup_epochs == 9.5
+
+
+def test_section_replaced_by_scalar_is_a_user_error():
+    assert user_error(overrides=["training=3"]).startswith("config override: ")
+
+
+def test_section_replaced_by_scalar_names_the_section():
+    assert user_error(overrides=["training=3"]).startswith("config override: training: ")
+
+
+def test_unresolvable_interpolation_is_a_user_error(monkeypatch):
+    monkeypatch.delenv("HVDCLS_NO_SUCH_VAR", raising=False)
+    user_error(overrides=["data.path=${oc.env:HVDCLS_NO_SUCH_VAR}"])
+
+
+# --- serialisation ----------------------------------------------------------------------------
+
+def test_to_dict():
+    cfg = config.load(overrides=["training.epochs=3", "horovod.fusion_threshold_mb=32"])
+    as_dict = config.to_dict(cfg)
+    assert set(as_dict) == {"model", "data", "optimizer", "schedule", "training", "horovod", "output"}
+    assert as_dict["training"]["epochs"] == 3
+    assert as_dict["horovod"]["fusion_threshold_mb"] == 32.0
+    assert as_dict["data"]["augment"]["scale"] == [0.08, 1.0]
+    assert type(as_dict["data"]["mean"]) is list
+
+
+@pytest.mark.parametrize("overrides", [
+    [],
+    ["data.path=/data/imagenet", "data.name=imagefolder", "optimizer.name=adamw", "optimizer.lr=0.003",
+     "schedule.name=multistep", "schedule.milestones=[3,6]", "schedule.warmup_epochs=1.5",
+     "training.grad_clip_norm=1.0", "training.threads=4", "horovod.fusion_threshold_mb=64",
+     "horovod.timeline=/tmp/t.json", "output.dir=runs/x", "model.num_classes=1000",
+     "data.augment.ratio=[0.5,2.0]", "data.mean=[0.5,0.5,0.5]", "training.amp=true"],
+])
+def test_to_yaml_round_trip(tmp_path, overrides):
+    cfg = config.load(overrides=overrides)
+    again = config.load(write(tmp_path, config.to_yaml(cfg)))
+    assert again == cfg
+    assert config.to_dict(again) == config.to_dict(cfg)
+
+
+def test_to_yaml_round_trip_of_yaml_looking_strings(tmp_path):
+    cfg = config.load()
+    cfg.output.dir, cfg.model.name, cfg.training.resume = "null", "123", "true"
+    again = config.load(write(tmp_path, config.to_yaml(cfg)))
+    assert (again.output.dir, again.model.name, again.training.resume) == ("null", "123", "true")
+
+
+# --- the shipped configs/ ---------------------------------------------------------------------
+
+@pytest.mark.skipif(not CONFIG_FILES, reason="configs/ holds no YAML files yet")
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=[p.name for p in CONFIG_FILES])
+def test_shipped_config_loads(path):
+    assert isinstance(config.load(path), config.Config)

@@ -1,0 +1,74 @@
+"""hvdcls.horovod_env: config -> HOROVOD_* variables, applied to a plain dict, never os.environ."""
+import os
+
+import pytest
+
+from hvdcls import horovod_env
+from hvdcls.config import HorovodConfig
+
+ALL = ("HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_HIERARCHICAL_ALLREDUCE",
+       "HOROVOD_AUTOTUNE", "HOROVOD_AUTOTUNE_LOG", "HOROVOD_TIMELINE")
+
+
+def test_variable_names():
+    assert tuple(horovod_env.VARIABLES.values()) == ALL
+
+
+def test_defaults_set_nothing():
+    assert horovod_env.variables(HorovodConfig()) == {}
+    environ = {"PATH": "/bin"}
+    assert horovod_env.apply(HorovodConfig(), environ) == {name: "default" for name in ALL}
+    assert environ == {"PATH": "/bin"}
+
+
+@pytest.mark.parametrize("mb, expected", [(64, "67108864"), (0.5, "524288"), (128.0, "134217728"),
+                                          (1.25, "1310720")])
+def test_fusion_threshold_in_bytes(mb, expected):
+    assert horovod_env.variables(HorovodConfig(fusion_threshold_mb=mb)) == {
+        "HOROVOD_FUSION_THRESHOLD": expected}
+
+
+@pytest.mark.parametrize("ms, expected", [(5, "5"), (2.5, "2.5"), (3.0, "3"), (0.1, "0.1")])
+def test_cycle_time(ms, expected):
+    assert horovod_env.variables(HorovodConfig(cycle_time_ms=ms)) == {"HOROVOD_CYCLE_TIME": expected}
+
+
+def test_every_setting():
+    config = HorovodConfig(fusion_threshold_mb=32, cycle_time_ms=1.5, hierarchical_allreduce=True,
+                           autotune=True, autotune_log="/tmp/autotune.csv", timeline="/tmp/tl.json")
+    assert horovod_env.variables(config) == {
+        "HOROVOD_FUSION_THRESHOLD": "33554432", "HOROVOD_CYCLE_TIME": "1.5",
+        "HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "HOROVOD_AUTOTUNE": "1",
+        "HOROVOD_AUTOTUNE_LOG": "/tmp/autotune.csv", "HOROVOD_TIMELINE": "/tmp/tl.json"}
+
+
+def test_autotune_log_needs_autotune():
+    assert horovod_env.variables(HorovodConfig(autotune_log="/tmp/a.csv")) == {}
+
+
+def test_false_flags_set_nothing():
+    config = HorovodConfig(hierarchical_allreduce=False, autotune=False, timeline=None)
+    assert horovod_env.variables(config) == {}
+
+
+def test_apply_sets_and_reports():
+    before = dict(os.environ)
+    environ = {"HOROVOD_CYCLE_TIME": "10", "OTHER": "x"}  # inherited from the launcher
+    in_force = horovod_env.apply(HorovodConfig(fusion_threshold_mb=16, autotune=True), environ)
+    assert environ == {"HOROVOD_CYCLE_TIME": "10", "OTHER": "x",
+                       "HOROVOD_FUSION_THRESHOLD": "16777216", "HOROVOD_AUTOTUNE": "1"}
+    assert in_force == {"HOROVOD_FUSION_THRESHOLD": "16777216", "HOROVOD_CYCLE_TIME": "10",
+                        "HOROVOD_HIERARCHICAL_ALLREDUCE": "default", "HOROVOD_AUTOTUNE": "1",
+                        "HOROVOD_AUTOTUNE_LOG": "default", "HOROVOD_TIMELINE": "default"}
+    assert dict(os.environ) == before  # only the mapping passed in is touched
+
+
+def test_config_beats_the_inherited_value():
+    environ = {"HOROVOD_CYCLE_TIME": "10"}
+    assert horovod_env.apply(HorovodConfig(cycle_time_ms=2), environ)["HOROVOD_CYCLE_TIME"] == "2"
+    assert environ["HOROVOD_CYCLE_TIME"] == "2"
+
+
+def test_in_force_ignores_other_variables():
+    assert horovod_env.in_force({"HOROVOD_TIMELINE": "t.json", "HOROVOD_GPU_OPERATIONS": "NCCL"}) == {
+        **{name: "default" for name in ALL}, "HOROVOD_TIMELINE": "t.json"}

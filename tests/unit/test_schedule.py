@@ -1,0 +1,132 @@
+"""hvdcls.schedule: linear scaling, warmup, cosine / step / multistep / constant decay."""
+import math
+
+import pytest
+
+from hvdcls import schedule
+from hvdcls.config import OptimizerConfig, ScheduleConfig
+
+
+def make(name="cosine", *, lr=0.1, scale_lr="linear", world_size=1, backward_passes=1,
+         steps_per_epoch=10, epochs=10, **sched) -> schedule.LRSchedule:
+    return schedule.build(OptimizerConfig(lr=lr, scale_lr=scale_lr), ScheduleConfig(name=name, **sched),
+                          world_size=world_size, backward_passes=backward_passes,
+                          steps_per_epoch=steps_per_epoch, epochs=epochs)
+
+
+# --- peak rate ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("world, passes, expected", [(1, 1, 0.1), (4, 1, 0.4), (4, 2, 0.8), (3, 5, 1.5)])
+def test_linear_scaling(world, passes, expected):
+    assert schedule.peak_lr(OptimizerConfig(lr=0.1), world, passes) == pytest.approx(expected, rel=1e-12)
+    assert make(world_size=world, backward_passes=passes).peak == pytest.approx(expected, rel=1e-12)
+
+
+def test_peak_lr_default_backward_passes_is_one():
+    assert schedule.peak_lr(OptimizerConfig(lr=0.25), 8) == 2.0
+
+
+@pytest.mark.parametrize("world, passes", [(1, 1), (8, 1), (8, 4)])
+def test_no_scaling(world, passes):
+    assert schedule.peak_lr(OptimizerConfig(lr=0.1, scale_lr="none"), world, passes) == 0.1
+    assert make("constant", scale_lr="none", world_size=world, backward_passes=passes)(37) == 0.1
+
+
+def test_build_carries_its_arguments():
+    lr = make("step", world_size=2, steps_per_epoch=7, epochs=3)
+    assert (lr.peak, lr.steps_per_epoch, lr.epochs, lr.total_steps) == (0.2, 7, 3, 21)
+    assert lr.config.name == "step"
+
+
+# --- warmup -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["cosine", "step", "multistep", "constant"])
+def test_warmup_ramps_linearly_to_peak(name):
+    lr = make(name, world_size=4, steps_per_epoch=10, epochs=10, warmup_epochs=2,
+              warmup_start_factor=0.25, milestones=[5])
+    peak = 0.4
+    assert lr.warmup_steps == 20
+    assert lr(0) == pytest.approx(0.25 * peak, rel=1e-12)
+    for step in range(20):
+        assert lr(step) == pytest.approx(peak * (0.25 + 0.75 * step / 20), rel=1e-12)
+    assert all(lr(s) < lr(s + 1) for s in range(19))
+    assert lr(19) < peak
+    assert lr(20) == pytest.approx(peak, rel=1e-12)  # the end of warmup is the peak
+
+
+def test_warmup_start_factor_one_is_flat():
+    lr = make("constant", warmup_epochs=1, warmup_start_factor=1.0)
+    assert [lr(s) for s in range(15)] == [0.1] * 15
+
+
+def test_fractional_warmup_epochs_round_to_steps():
+    assert make(steps_per_epoch=10, warmup_epochs=0.5).warmup_steps == 5
+    assert make(steps_per_epoch=4, warmup_epochs=0.0).warmup_steps == 0
+
+
+def test_no_warmup_starts_at_peak():
+    for name in ("cosine", "step", "multistep", "constant"):
+        assert make(name, world_size=2)(0) == pytest.approx(0.2, rel=1e-12)
+
+
+# --- cosine -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("floor", [0.0, 0.01, 0.2])
+@pytest.mark.parametrize("warmup", [0, 1, 2.5])
+def test_cosine_decays_to_floor(floor, warmup):
+    lr = make("cosine", world_size=2, steps_per_epoch=8, epochs=10, warmup_epochs=warmup,
+              min_lr_factor=floor)
+    peak, total = 0.2, 80
+    start = lr.warmup_steps
+    after = [lr(s) for s in range(start, total + 1)]
+    assert after[0] == pytest.approx(peak, rel=1e-12)
+    assert all(a >= b for a, b in zip(after, after[1:])), "cosine must not rise after warmup"
+    assert lr(total) == pytest.approx(floor * peak, abs=1e-12)
+    assert lr(total + 100) == pytest.approx(floor * peak, abs=1e-12)  # clamped past the end
+    assert min(after) >= floor * peak - 1e-12
+    middle = start + (total - start) / 2
+    if middle == int(middle):
+        assert lr(int(middle)) == pytest.approx(peak * (floor + (1 - floor) * 0.5), rel=1e-12)
+
+
+def test_cosine_exact_values():
+    lr = make("cosine", lr=1.0, steps_per_epoch=4, epochs=2)  # 8 steps, no warmup
+    for step in range(9):
+        assert lr(step) == pytest.approx(0.5 * (1 + math.cos(math.pi * step / 8)), abs=1e-12)
+    assert lr(8) == pytest.approx(0.0, abs=1e-12)
+
+
+# --- step / multistep / constant ----------------------------------------------------------------
+
+def test_step_decay():
+    lr = make("step", lr=1.0, steps_per_epoch=5, epochs=10, step_size=3, gamma=0.5)
+    by_epoch = [lr(epoch * 5 + 2) for epoch in range(10)]
+    assert by_epoch == pytest.approx([1, 1, 1, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.125], rel=1e-12)
+    assert lr(14) == 1.0 and lr(15) == 0.5  # the change happens at the first step of epoch 3
+
+
+def test_multistep_decay():
+    lr = make("multistep", lr=1.0, steps_per_epoch=4, epochs=10, milestones=[2, 5, 9], gamma=0.1)
+    by_epoch = [lr(epoch * 4) for epoch in range(10)]
+    assert by_epoch == pytest.approx([1, 1, 0.1, 0.1, 0.1, 0.01, 0.01, 0.01, 0.01, 0.001], rel=1e-12)
+    assert lr(7) == 1.0 and lr(8) == pytest.approx(0.1, rel=1e-12)
+
+
+def test_multistep_without_milestones_is_constant():
+    lr = make("multistep", steps_per_epoch=3, epochs=4)
+    assert [lr(s) for s in range(12)] == [0.1] * 12
+
+
+def test_step_decay_after_warmup_uses_the_epoch():
+    lr = make("step", lr=1.0, steps_per_epoch=10, epochs=6, step_size=2, gamma=0.1,
+              warmup_epochs=1, warmup_start_factor=0.5)
+    assert lr(0) == 0.5
+    assert lr(10) == 1.0 and lr(19) == 1.0
+    assert lr(20) == pytest.approx(0.1, rel=1e-12)
+    assert lr(40) == pytest.approx(0.01, rel=1e-12)
+
+
+def test_constant():
+    lr = make("constant", world_size=3, steps_per_epoch=6, epochs=5)
+    assert {lr(s) for s in range(30)} == {lr.peak}
+    assert lr.peak == pytest.approx(0.3, rel=1e-12)

@@ -1,0 +1,145 @@
+"""hvdcls.sharding: equal, full batches on every rank; exact validation partition."""
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from hvdcls.errors import UserError
+from hvdcls.sharding import TrainShards, epoch_permutation, eval_batches, eval_indices
+
+# (num_samples, world_size, batch_size, backward_passes)
+CASES = [
+    (1797, 1, 32, 1),
+    (1797, 2, 32, 1),
+    (1797, 3, 32, 1),
+    (1797, 3, 16, 2),
+    (1000, 4, 10, 1),
+    (1000, 3, 7, 3),
+    (10, 3, 2, 1),
+    (5, 4, 1, 1),
+    (2, 3, 1, 1),
+]
+
+
+def all_ranks(n, world, batch, passes, seed=0):
+    return [TrainShards(n, world, rank, batch, passes, seed) for rank in range(world)]
+
+
+@pytest.mark.parametrize("n, world, batch, passes", CASES)
+def test_every_rank_runs_the_same_full_batches(n, world, batch, passes):
+    shards = all_ranks(n, world, batch, passes)
+    steps = -(-n // world) // (batch * passes)
+    assert steps >= 1
+    for shard in shards:
+        assert shard.samples_per_rank == -(-n // world)
+        assert shard.steps_per_epoch == steps
+        for epoch in (0, 1):
+            batches = shard.batches(epoch)
+            assert len(batches) == steps * passes
+            assert [len(b) for b in batches] == [batch] * (steps * passes)
+            assert np.array_equal(np.concatenate(batches), shard.indices(epoch))
+            assert all(0 <= i < n for i in shard.indices(epoch))
+
+
+def test_known_step_counts():
+    assert TrainShards(1797, 2, 0, 32).steps_per_epoch == 28  # ceil(1797/2)=899 -> 28 x 32
+    assert TrainShards(1797, 3, 2, 32).steps_per_epoch == 18  # 599 -> 18 x 32
+    assert TrainShards(1797, 3, 0, 16, 2).steps_per_epoch == 18  # 599 -> 18 x 32
+    assert TrainShards(1000, 3, 1, 7, 3).steps_per_epoch == 15  # 334 -> 15 x 21
+
+
+@pytest.mark.parametrize("n, world, batch, passes", [
+    (1797, 1, 1797, 1), (1797, 3, 1, 1), (1797, 2, 29, 31), (1797, 3, 599, 1),
+    (1000, 4, 25, 2), (10, 3, 2, 2), (2, 3, 1, 1)])
+def test_all_samples_covered_when_nothing_is_dropped(n, world, batch, passes):
+    shards = all_ranks(n, world, batch, passes, seed=5)
+    assert shards[0].samples_per_rank % (batch * passes) == 0  # no incomplete batch to drop
+    for epoch in (0, 3):
+        seen = np.concatenate([s.indices(epoch) for s in shards])
+        assert len(seen) == shards[0].samples_per_rank * world
+        assert set(seen.tolist()) == set(range(n))
+
+
+@pytest.mark.parametrize("n, world, batch, passes", CASES)
+def test_ranks_overlap_only_in_the_wrap_around_padding(n, world, batch, passes):
+    shards = all_ranks(n, world, batch, passes, seed=11)
+    padding = shards[0].samples_per_rank * world - n
+    for epoch in (0, 1):
+        order = epoch_permutation(n, 11, epoch)
+        wrapped = set(np.resize(order, padding).tolist())  # the samples read a second time
+        counts = Counter(np.concatenate([s.indices(epoch) for s in shards]).tolist())
+        repeated = {i for i, c in counts.items() if c > 1}
+        assert repeated <= wrapped
+        assert sum(c - 1 for c in counts.values()) <= padding
+        for shard in shards:  # within one rank no sample repeats unless the set is tiny
+            if n >= world:
+                assert len(set(shard.indices(epoch).tolist())) == len(shard.indices(epoch))
+
+
+def test_exact_padding_for_1797_on_2_ranks():
+    order = epoch_permutation(1797, 0, 0)
+    rank0, rank1 = (TrainShards(1797, 2, r, 1).indices(0) for r in (0, 1))
+    assert len(rank0) == len(rank1) == 899
+    assert rank0[-1] == order[1796]
+    assert rank1[-1] == order[0]  # the one padded sample wraps to the start of the permutation
+    assert np.array_equal(np.sort(np.concatenate([rank0, rank1[:-1]])), np.arange(1797))
+
+
+def test_permutation_depends_on_epoch_and_seed_only():
+    a = epoch_permutation(1797, 0, 0)
+    assert np.array_equal(np.sort(a), np.arange(1797))
+    assert np.array_equal(a, epoch_permutation(1797, 0, 0))
+    assert not np.array_equal(a, epoch_permutation(1797, 0, 1))
+    assert not np.array_equal(a, epoch_permutation(1797, 1, 0))
+
+
+def test_shards_are_reproducible_and_reshuffled_per_epoch():
+    first = TrainShards(1797, 3, 1, 32, 1, seed=7)
+    second = TrainShards(1797, 3, 1, 32, 1, seed=7)
+    for epoch in range(3):
+        assert np.array_equal(first.indices(epoch), second.indices(epoch))
+    assert not np.array_equal(first.indices(0), first.indices(1))
+    assert not np.array_equal(first.indices(0), TrainShards(1797, 3, 1, 32, 1, seed=8).indices(0))
+    assert not np.array_equal(first.indices(0), TrainShards(1797, 3, 0, 32, 1, seed=7).indices(0))
+
+
+@pytest.mark.parametrize("n, world, batch, passes", [
+    (10, 1, 11, 1), (1797, 2, 900, 1), (1797, 3, 300, 2), (5, 4, 3, 1), (0, 1, 1, 1)])
+def test_batch_too_large_for_one_step(n, world, batch, passes):
+    with pytest.raises(UserError) as info:
+        TrainShards(n, world, 0, batch, passes)
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"training.batch_size={batch}" in message
+    assert f"horovod.backward_passes_per_step={passes}" in message
+    assert f"{n} training samples" in message and f"{world} ranks" in message
+
+
+def test_just_large_enough_batch_is_accepted():
+    assert TrainShards(1797, 2, 1, 899).steps_per_epoch == 1
+    assert TrainShards(10, 1, 0, 10).steps_per_epoch == 1
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 10, 180, 1797])
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
+def test_eval_indices_partition(n, world):
+    parts = [eval_indices(n, world, rank) for rank in range(world)]
+    merged = np.concatenate(parts)
+    assert len(merged) == n
+    assert np.array_equal(np.sort(merged), np.arange(n))
+    sizes = [len(p) for p in parts]
+    assert max(sizes) - min(sizes) <= (1 if n else 0)
+    assert all(np.all(np.diff(p) == world) for p in parts if len(p) > 1)
+
+
+def test_eval_indices_exact():
+    assert eval_indices(7, 3, 0).tolist() == [0, 3, 6]
+    assert eval_indices(7, 3, 1).tolist() == [1, 4]
+    assert eval_indices(7, 3, 2).tolist() == [2, 5]
+
+
+def test_eval_batches_keep_the_remainder():
+    batches = eval_batches(180, 3, 1, 16)
+    assert [len(b) for b in batches] == [16, 16, 16, 12]
+    assert np.array_equal(np.concatenate(batches), eval_indices(180, 3, 1))
+    assert eval_batches(0, 2, 0, 4) == []
