@@ -121,8 +121,13 @@ _ENVS: dict[tuple[str, int], object] = {}
 
 def open_env(path: Path):
     """One read-only environment per file and process: LMDB refuses a second one in the same
-    process, and one opened before a fork must not be used by the child (hence the pid)."""
-    key = (str(Path(path).resolve()), os.getpid())
+    process. A forked loader worker inherits its parent's environments, which it must not use
+    and which block opening its own: it closes its copies first (readonly and lock=False, so
+    this releases nothing the parent holds)."""
+    pid = os.getpid()
+    for inherited in [k for k in _ENVS if k[1] != pid]:
+        _ENVS.pop(inherited).close()
+    key = (str(Path(path).resolve()), pid)
     if key not in _ENVS:
         try:
             _ENVS[key] = _lmdb().open(str(path), subdir=Path(path).is_dir(), readonly=True,

@@ -32,3 +32,15 @@ MIN_IMAGE_SIZE = 2 ** sum(isinstance(layer, Pool) for layer in COMPACT_CNN_LAYER
 def normalise_name(name: str) -> str:
     """'ResNet50', 'resnet50' and 'res_net_50' name the same model in both backends."""
     return name.replace("_", "").replace("-", "").lower()
+
+
+def compact_cnn_parameters(num_classes: int, channels: int = 3) -> int:
+    """Trainable parameters of compact_cnn, counted from the description alone (3x3 conv
+    weights without bias, batch-norm gamma and beta, the linear head and its bias): both
+    backends' tests hold their models to this number."""
+    total = 0
+    for layer in COMPACT_CNN_LAYERS:
+        if isinstance(layer, Conv):
+            total += 3 * 3 * channels * layer.filters + 2 * layer.filters
+            channels = layer.filters
+    return total + channels * num_classes + num_classes

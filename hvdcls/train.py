@@ -63,6 +63,7 @@ def train(config: cfg.Config, backend_name: str) -> dict:
     outputs.say(f"hvdcls {__version__}: {backend_name} backend, {ctx.size} process(es) "
                 f"({ctx.controller}), {data.name}: {len(data.train)} train / {len(data.val)} val "
                 f"images, {num_classes} classes -> {outputs.run_dir}")
+    backend.seed(config.training.seed)  # the same initial weights for the same seed, run after run
     model_info = backend.build(config, num_classes)
     start_epoch, history = restore(backend, ctx, resumed, outputs)
     trainer = Trainer(config, backend, ctx, data, outputs)

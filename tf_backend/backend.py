@@ -27,7 +27,7 @@ from hvdcls.batches import EpochBatches  # noqa: E402
 from hvdcls.config import Config  # noqa: E402
 from hvdcls.engine import add  # noqa: E402
 from hvdcls.errors import UserError  # noqa: E402
-from tf_backend import data, models  # noqa: E402
+from tf_backend import data, models, sync_bn  # noqa: E402
 
 CHECKPOINT_FILE = "tensorflow.npz"
 
@@ -90,14 +90,13 @@ class TensorFlowBackend(Backend):
         hv, training = config.horovod, config.training
         policy = amp_policy(config, self.device != "cpu")
         keras.mixed_precision.set_global_policy(policy or "float32")
-        if hv.sync_bn:
-            raise UserError("horovod.sync_bn is not available for the tensorflow backend yet "
-                            "(Horovod's SyncBatchNormalization does not work with Keras 3)")
         self.loss_scaled = policy == "mixed_float16"
         if self.loss_scaled and training.grad_clip_norm:
             raise UserError("training.grad_clip_norm with float16 mixed precision is not supported "
                             "by the tensorflow backend: use training.amp_dtype=bfloat16")
         self.model = models.build_model(config.model.name, num_classes, config.data.image_size)
+        if hv.sync_bn:
+            self.model = sync_bn.convert_sync_batchnorm(self.model)  # Horovod: global BN stats
         optimizer = make_optimizer(config)
         self.optimizer = keras.optimizers.LossScaleOptimizer(optimizer) if self.loss_scaled else optimizer
         self.optimizer.build(self.model.trainable_variables)  # slots exist before any broadcast
@@ -199,8 +198,11 @@ class TensorFlowBackend(Backend):
     def broadcast_object(self, obj: Any, name: str) -> Any:
         return hvd.broadcast_object(obj, root_rank=0, name=name)
 
+    def allgather_object(self, obj: Any, name: str) -> list:
+        return hvd.allgather_object(obj, name=name)
+
     def seed(self, seed: int) -> None:
-        tf.random.set_seed(seed)
+        keras.utils.set_random_seed(seed)  # Keras 3 initialisers draw from Python's `random`
 
     def sync_buffers(self) -> None:
         buffers = tf_variables(self.model.non_trainable_variables)

@@ -10,8 +10,14 @@ import keras
 from hvdcls.errors import UserError
 from hvdcls.models import BN_EPSILON, BN_MOMENTUM, COMPACT_CNN, COMPACT_CNN_LAYERS, Conv, normalise_name
 
-# torch's kaiming_normal_(mode="fan_out", nonlinearity="relu"): N(0, 2 / fan_out), untruncated.
-HE_NORMAL_FAN_OUT = keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal")
+
+def he_normal_fan_out() -> keras.initializers.Initializer:
+    """torch's kaiming_normal_(mode="fan_out", nonlinearity="relu"): N(0, 2 / fan_out).
+
+    One per layer, made after seeding: an initialiser draws its seed from Python's `random`
+    when created, so a shared module-level one would fix its seed at import time.
+    """
+    return keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal")
 
 
 def compact_cnn(num_classes: int, image_size: int) -> keras.Model:
@@ -19,7 +25,7 @@ def compact_cnn(num_classes: int, image_size: int) -> keras.Model:
     for spec in COMPACT_CNN_LAYERS:
         if isinstance(spec, Conv):
             layers += [keras.layers.Conv2D(spec.filters, 3, padding="same", use_bias=False,
-                                           kernel_initializer=HE_NORMAL_FAN_OUT),
+                                           kernel_initializer=he_normal_fan_out()),
                        # Keras' momentum weighs the old statistics: 1 - torch's momentum.
                        keras.layers.BatchNormalization(epsilon=BN_EPSILON, momentum=1 - BN_MOMENTUM),
                        keras.layers.ReLU()]

@@ -21,6 +21,7 @@ from hvdcls.config import Config
 from hvdcls.engine import add
 from hvdcls.errors import UserError
 from torch_backend import data, models
+from torch_backend.sync_bn import SyncBatchNorm
 
 CHECKPOINT_FILE = "torch.pt"
 
@@ -72,7 +73,7 @@ class TorchBackend(Backend):
         hv = config.horovod
         model = models.build_model(config.model.name, num_classes)
         if hv.sync_bn:
-            model = models.convert_sync_batchnorm(model, hvd.SyncBatchNorm)  # Horovod: global BN stats
+            model = models.convert_sync_batchnorm(model, SyncBatchNorm)  # Horovod: global BN stats
         self.model = model.to(self.device)
         self.clip = config.training.grad_clip_norm
         self.dtype = amp_dtype(config, self.device)
@@ -138,6 +139,9 @@ class TorchBackend(Backend):
 
     def broadcast_object(self, obj: Any, name: str) -> Any:
         return hvd.broadcast_object(obj, root_rank=0, name=name)
+
+    def allgather_object(self, obj: Any, name: str) -> list:
+        return hvd.allgather_object(obj, name=name)
 
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)

@@ -48,7 +48,7 @@ def build_model(name: str, num_classes: int) -> nn.Module:
 
 
 def convert_sync_batchnorm(module: nn.Module, sync_bn_class) -> nn.Module:
-    """Replace every BatchNorm2d by Horovod's SyncBatchNorm, keeping its parameters."""
+    """Replace every BatchNorm2d by `sync_bn_class` (torch_backend.sync_bn), keeping its state."""
     if isinstance(module, nn.BatchNorm2d):
         sync = sync_bn_class(module.num_features, eps=module.eps, momentum=module.momentum,
                              affine=module.affine, track_running_stats=module.track_running_stats)

@@ -281,3 +281,19 @@ def test_check_num_classes(tmp_path):
     with pytest.raises(UserError) as info:
         check_num_classes(load(f"data.path={root}", "model.num_classes=10"), data)
     assert str(info.value) == "config model.num_classes=10 but the data has 3 classes (ant, bee, cat)"
+
+
+def test_lmdb_readable_in_a_forked_worker_after_the_parent_read(tmp_path):
+    """What a DataLoader worker does: fork after the parent has opened and read the file."""
+    import multiprocessing
+
+    root = make_tree(tmp_path / "data", splits=("train", "val"), per_class=2)
+    lmdb_store.pack(root, tmp_path / "out.lmdb", progress=False)
+    data = open_data(load(f"data.path={tmp_path / 'out.lmdb'}"))
+    expected = data.train.image(1).tobytes()
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_read_train_image, (data, 1)) == expected
+
+
+def _read_train_image(data, index):
+    return data.train.image(index).tobytes()

@@ -1,0 +1,162 @@
+"""`hvdcls train` end to end for one backend: one plain process (no launcher) on digits.
+
+The cases are written once; tests/torch_backend/test_train.py and tests/tf_backend/test_train.py
+run them, each defining the module-scoped `backend` fixture.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hvdcls import registry
+
+VERSIONS = {"torch": ("torch", "torchvision", "horovod", "hvdcls", "python"),
+            "tensorflow": ("tensorflow", "keras", "horovod", "hvdcls", "python")}
+REPO = Path(__file__).resolve().parents[2]
+DIGITS = REPO / "configs" / "digits.yaml"
+# digits.yaml warms up for one epoch, which a 1-epoch run may not (the config refuses it).
+ONE_EPOCH = ["--epochs", "1", "schedule.warmup_epochs=0"]
+METRIC_KEYS = {"epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "lr",
+               "images_per_sec", "epoch_seconds"}
+SUMMARY_KEYS = {"backend", "world_size", "model", "dataset", "epochs", "val_accuracy",
+                "best_val_accuracy", "images_per_sec", "wall_seconds", "versions", "config",
+                "rank_weight_digests"}
+
+
+def other(backend: str) -> str:
+    return next(name for name in registry.names() if name != backend)
+
+
+def hvdcls_train(cwd: Path, backend: str, *args) -> subprocess.CompletedProcess:
+    """`python -m hvdcls train` with digits.yaml, in `cwd` (so nothing lands in the repo)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run([sys.executable, "-m", "hvdcls", "train", "--backend", backend,
+                           "--config", str(DIGITS), *map(str, args)],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def one_line_user_error(result: subprocess.CompletedProcess) -> str:
+    """Exit 2 and exactly one stderr line, no traceback; returns that line."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("hvdcls: error: ")
+    return lines[0]
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def run(backend, tmp_path_factory) -> Path:
+    """The one 2-epoch digits run of this backend."""
+    work = tmp_path_factory.mktemp(f"{backend}-digits")
+    ok(hvdcls_train(work, backend, "--epochs", 2, "--output-dir", work / "run"))
+    return work / "run"
+
+
+def test_two_epochs_write_metrics_summary_config_and_checkpoint(backend, run):
+    metrics = read_metrics(run)
+    assert [m["epoch"] for m in metrics] == [1, 2]
+    for m in metrics:
+        assert METRIC_KEYS <= set(m), METRIC_KEYS - set(m)
+        assert all(math.isfinite(m[key]) for key in METRIC_KEYS)
+        assert m["images_per_sec"] > 0 and m["epoch_seconds"] > 0
+    summary = read_json(run / "summary.json")
+    assert SUMMARY_KEYS <= set(summary), SUMMARY_KEYS - set(summary)
+    assert summary["backend"] == backend and summary["world_size"] == 1
+    assert summary["model"] == "compact_cnn" and summary["dataset"] == "digits"
+    assert summary["epochs"] == 2
+    assert summary["val_accuracy"] == metrics[-1]["val_accuracy"]
+    assert summary["best_val_accuracy"] == max(m["val_accuracy"] for m in metrics)
+    assert summary["images_per_sec"] > 0 and summary["wall_seconds"] > 0
+    assert set(VERSIONS[backend]) <= set(summary["versions"])
+    config = summary["config"]  # resolved: file < overrides < flags, every section present
+    assert config["training"]["epochs"] == 2 and config["output"]["dir"] == str(run)
+    assert config["data"]["name"] == "digits" and config["model"]["name"] == "compact_cnn"
+    assert config["horovod"]["backward_passes_per_step"] == 1
+    assert {"compression", "op", "sync_bn"} <= set(config["horovod"])
+    digests = summary["rank_weight_digests"]
+    assert len(digests) == 1 and len(digests[0]) == 64
+    assert (run / "config.yaml").is_file()
+    state = read_json(run / "checkpoints" / "epoch-0002" / "state.json")
+    assert state["backend"] == backend and state["epoch"] == 2
+    stray = [str(p.relative_to(run)) for p in run.rglob("*") if p.name.startswith(".")]
+    assert stray == []
+
+
+def test_two_digits_epochs_learn_something(run):
+    assert read_json(run / "summary.json")["val_accuracy"] > 0.5
+
+
+def test_eval_only_reproduces_the_final_validation(backend, run):
+    before = {name: (run / name).read_bytes() for name in ("summary.json", "metrics.jsonl")}
+    ok(hvdcls_train(run.parent, backend, "--epochs", 2, "--eval-only", "--resume", run))
+    evaluated, summary = read_json(run / "eval.json"), read_json(run / "summary.json")
+    assert evaluated["backend"] == backend and evaluated["epoch"] == 2
+    assert evaluated["val_accuracy"] == summary["val_accuracy"]
+    assert abs(evaluated["val_loss"] - summary["val_loss"]) <= 1e-6
+    assert {name: (run / name).read_bytes() for name in before} == before  # evaluation only
+
+
+def test_unknown_model_is_one_line_exit_2(backend, tmp_path):
+    line = one_line_user_error(hvdcls_train(tmp_path, backend, *ONE_EPOCH, "--model", "no_such_net",
+                                            "--output-dir", tmp_path / "run"))
+    assert "no_such_net" in line
+
+
+def test_amp_trains_one_epoch(backend, tmp_path):
+    ok(hvdcls_train(tmp_path, backend, *ONE_EPOCH, "--amp", "--output-dir", tmp_path / "run"))
+    [metrics] = read_metrics(tmp_path / "run")
+    assert math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["val_loss"])
+    summary = read_json(tmp_path / "run" / "summary.json")
+    assert summary["model_info"]["amp_dtype"] == "bfloat16"  # CPU: autocast / mixed_bfloat16
+
+
+def test_clipping_accumulation_and_adamw_train_one_epoch(backend, tmp_path):
+    ok(hvdcls_train(tmp_path, backend, *ONE_EPOCH, "training.grad_clip_norm=1.0",
+                    "horovod.backward_passes_per_step=2", "optimizer.name=adamw",
+                    "--output-dir", tmp_path / "run"))
+    [metrics] = read_metrics(tmp_path / "run")
+    assert math.isfinite(metrics["train_loss"])
+    summary = read_json(tmp_path / "run" / "summary.json")
+    assert summary["horovod"]["backward_passes_per_step"] == 2
+    assert summary["config"]["optimizer"]["name"] == "adamw"
+    assert summary["config"]["training"]["grad_clip_norm"] == 1.0
+
+
+def test_resume_with_the_other_backend_is_one_line_exit_2(backend, tmp_path):
+    ok(hvdcls_train(tmp_path, backend, *ONE_EPOCH, "--output-dir", tmp_path / "run"))
+    line = one_line_user_error(hvdcls_train(tmp_path, other(backend), *ONE_EPOCH,
+                                            "--resume", tmp_path / "run"))
+    assert repr(backend) in line and repr(other(backend)) in line
+    assert not (tmp_path / "run" / "eval.json").exists()
+    assert [m["epoch"] for m in read_metrics(tmp_path / "run")] == [1]  # left as it was
+
+
+def test_sync_bn_trains_in_one_process(backend, tmp_path):
+    """One rank: synchronised batch norm is plain batch norm (2 ranks: tests/parallel)."""
+    ok(hvdcls_train(tmp_path, backend, *ONE_EPOCH, "horovod.sync_bn=true", "--output-dir", tmp_path / "run"))
+    assert read_json(tmp_path / "run" / "summary.json")["model_info"]["horovod"]["sync_bn"] is True
+
+
+def test_same_seed_same_run(backend, run, tmp_path):
+    """Initial weights, shuffling and augmentation all follow training.seed."""
+    ok(hvdcls_train(tmp_path, backend, "--epochs", 2, "--output-dir", tmp_path / "again"))
+    assert read_json(tmp_path / "again" / "summary.json")["rank_weight_digests"] == \
+        read_json(run / "summary.json")["rank_weight_digests"]
