@@ -4,6 +4,7 @@ variables read once by `hvd.init()`. Framework-free, so it runs before any bindi
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Mapping, MutableMapping
 
 from hvdcls.config import HorovodConfig
@@ -39,7 +40,11 @@ def variables(config: HorovodConfig) -> dict[str, str]:
 
 def apply(config: HorovodConfig, environ: MutableMapping[str, str] = os.environ) -> dict[str, str]:
     """Set the variables before hvd.init(); returns the Horovod settings now in force."""
-    environ.update(variables(config))
+    wanted = variables(config)
+    for name in ("HOROVOD_TIMELINE", "HOROVOD_AUTOTUNE_LOG"):
+        if name in wanted:  # Horovod opens these files itself and gives up on a missing folder
+            Path(wanted[name]).parent.mkdir(parents=True, exist_ok=True)
+    environ.update(wanted)
     return in_force(environ)
 
 

@@ -58,6 +58,7 @@ def train(config: cfg.Config, backend_name: str) -> dict:
     horovod_settings = horovod_env.apply(config.horovod)  # Horovod reads them in hvd.init()
     backend = registry.create_backend(backend_name)
     ctx = backend.init(config)
+    check_controller(config, ctx)
     resumed = on_main_then_share(backend, ctx, lambda: read_resume(config, backend_name), "resume")
     outputs = RunOutputs(choose_run_dir(config, backend_name, resumed), enabled=ctx.is_main)
     outputs.say(f"hvdcls {__version__}: {backend_name} backend, {ctx.size} process(es) "
@@ -79,6 +80,13 @@ def train(config: cfg.Config, backend_name: str) -> dict:
                 f"(best {summary['best_val_accuracy']:.4f}), {summary['images_per_sec']:.1f} img/s, "
                 f"{summary['wall_seconds']:.1f} s; outputs in {outputs.run_dir}")
     return summary
+
+
+def check_controller(config: cfg.Config, ctx: Context) -> None:
+    """What Horovod can only do with some controllers; every rank decides alike, so all stop."""
+    if config.horovod.op == "adasum" and ctx.size > 1 and ctx.controller != "mpi":
+        raise UserError("horovod.op=adasum needs the MPI controller (mpirun, or horovodrun --mpi): "
+                        "Horovod has no Adasum over Gloo on CPUs")
 
 
 def restore(backend: Backend, ctx: Context, resumed: Optional[checkpoint.Resumed],

@@ -76,6 +76,7 @@ class TorchBackend(Backend):
             model = models.convert_sync_batchnorm(model, SyncBatchNorm)  # Horovod: global BN stats
         self.model = model.to(self.device)
         self.clip = config.training.grad_clip_norm
+        self.adasum = hv.op == "adasum"
         self.dtype = amp_dtype(config, self.device)
         self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=config.training.label_smoothing)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
@@ -115,15 +116,22 @@ class TorchBackend(Backend):
             self.scaler.scale(loss / len(micro_batches)).backward()
             total = add(total, Sums(loss.detach().float() * len(labels),
                                     (logits.argmax(1) == labels).sum(), len(labels)))
-        self.optimizer.synchronize()  # Horovod: wait for the all-reduced gradients
+        if self.adasum:  # Horovod: Adasum combines the weight updates inside step() itself
+            self._unscale_and_clip()
+            self.scaler.step(self.optimizer)
+        else:
+            self.optimizer.synchronize()  # Horovod: wait for the all-reduced gradients
+            self._unscale_and_clip()
+            with self.optimizer.skip_synchronize():  # Horovod: already synchronised above
+                self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return total
+
+    def _unscale_and_clip(self) -> None:
         if self.scaler.is_enabled():
             self.scaler.unscale_(self.optimizer)
         if self.clip:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
-        with self.optimizer.skip_synchronize():  # Horovod: already synchronised above
-            self.scaler.step(self.optimizer)
-        self.scaler.update()
-        return total
 
     @torch.inference_mode()
     def eval_step(self, batch) -> Sums:

@@ -98,7 +98,8 @@ def test_resume_repeats_the_uninterrupted_run(digits_run, tmp_path):
     ("horovodrun", ["horovod.compression=fp16"]),
     ("horovodrun", ["horovod.backward_passes_per_step=2"]),
     ("mpirun", ["horovod.compression=fp16", "horovod.backward_passes_per_step=2"]),
-], ids=["fp16", "accumulate2", "mpirun-fp16-accumulate2"])
+    ("mpirun", ["horovod.op=adasum", "horovod.sync_bn=true"]),
+], ids=["fp16", "accumulate2", "mpirun-fp16-accumulate2", "mpirun-adasum-syncbn"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_weights_identical_on_every_rank(backend, launcher, options, tmp_path):
     out = tmp_path / "run"
@@ -109,3 +110,31 @@ def test_weights_identical_on_every_rank(backend, launcher, options, tmp_path):
     assert summary["controller"] == ("mpi" if launcher == "mpirun" else "gloo")
     assert summary["model_info"]["horovod"]["compression"] == summary["config"]["horovod"]["compression"]
     assert metrics(out)[-1]["train_accuracy"] > 0.5  # it trained (chance is 0.1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_horovod_settings_reach_horovod(backend, tmp_path):
+    """Fusion threshold and cycle time are in force, and the timeline is written (rank 0)."""
+    out = tmp_path / "run"
+    timeline = tmp_path / "trace" / "timeline.json"
+    train("horovodrun", NP, backend, out, "--epochs", "2", "output.checkpoint_every=0",
+          f"horovod.timeline={timeline}", "horovod.fusion_threshold_mb=16", "horovod.cycle_time_ms=2.5")
+    environment = read_json(out / "summary.json")["horovod"]["environment"]
+    assert environment["HOROVOD_FUSION_THRESHOLD"] == str(16 * 1024 * 1024)
+    assert environment["HOROVOD_CYCLE_TIME"] == "2.5"
+    assert environment["HOROVOD_TIMELINE"] == str(timeline)
+    trace = timeline.read_text()
+    assert trace.startswith("[") and "ALLREDUCE" in trace, trace[:500]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_adasum_over_gloo_stops_every_rank_with_one_line(backend, tmp_path):
+    command = launch.hvdcls_command("train", "--backend", backend, "--config", DIGITS,
+                                    "--output-dir", str(tmp_path / "run"), "horovod.op=adasum")
+    cmd, env = launch.local_job("horovodrun", NP, command)
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    errors = [line for line in result.stdout.splitlines() + result.stderr.splitlines()
+              if "hvdcls: error: horovod.op=adasum needs the MPI controller" in line]
+    assert len(errors) == NP, (result.stdout + result.stderr)[-3000:]  # one line per rank
+    assert "Traceback" not in "".join(line for line in result.stderr.splitlines() if line.startswith("["))

@@ -90,3 +90,16 @@ def test_bad_train_input_is_one_line_exit_2(args, names):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and names in lines[0] and "Traceback" not in result.stderr
+
+
+def test_empty_class_directory_is_one_line_exit_2(tmp_path):
+    from PIL import Image
+
+    for name in ("cat", "dog"):
+        (tmp_path / "data" / "train" / name).mkdir(parents=True)
+    Image.new("RGB", (8, 8)).save(tmp_path / "data" / "train" / "cat" / "a.png")
+    result = run_cli("train", "--data", str(tmp_path / "data"), "--output-dir", str(tmp_path / "run"))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "train/dog has no images" in lines[0]
+    assert not (tmp_path / "run").exists()  # nothing written before the data was accepted
