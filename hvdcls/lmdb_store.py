@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,6 +118,7 @@ class LMDBSource:
 
 
 _ENVS: dict[tuple[str, int], object] = {}
+_ENVS_LOCK = threading.Lock()
 
 
 def open_env(path: Path):
@@ -125,17 +127,18 @@ def open_env(path: Path):
     and which block opening its own: it closes its copies first (readonly and lock=False, so
     this releases nothing the parent holds)."""
     pid = os.getpid()
-    for inherited in [k for k in _ENVS if k[1] != pid]:
-        _ENVS.pop(inherited).close()
     key = (str(Path(path).resolve()), pid)
-    if key not in _ENVS:
-        try:
-            _ENVS[key] = _lmdb().open(str(path), subdir=Path(path).is_dir(), readonly=True,
-                                      lock=False, readahead=False, max_readers=512)
-        except Exception as err:
-            raise UserError(f"{path} is neither an ImageFolder directory nor an LMDB file "
-                            f"({str(err).splitlines()[0]})") from None
-    return _ENVS[key]
+    with _ENVS_LOCK:  # tf.data reads from several threads
+        for inherited in [k for k in _ENVS if k[1] != pid]:
+            _ENVS.pop(inherited).close()
+        if key not in _ENVS:
+            try:
+                _ENVS[key] = _lmdb().open(str(path), subdir=Path(path).is_dir(), readonly=True,
+                                          lock=False, readahead=False, max_readers=512)
+            except Exception as err:
+                raise UserError(f"{path} is neither an ImageFolder directory nor an LMDB file "
+                                f"({str(err).splitlines()[0]})") from None
+        return _ENVS[key]
 
 
 def read_meta(path: Path) -> dict:
