@@ -103,7 +103,6 @@ class TensorFlowBackend(Backend):
         self.l2 = config.optimizer.weight_decay if config.optimizer.name != "adamw" else 0.0
         self.clip = training.grad_clip_norm
         self.smoothing = training.label_smoothing
-        self.passes = hv.backward_passes_per_step
         self.compression = hvd.Compression.fp16 if hv.compression == "fp16" else hvd.Compression.none
         self.op = hvd.Adasum if hv.op == "adasum" else hvd.Average
         self.num_classes = num_classes

@@ -30,10 +30,10 @@ def write(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
 # --- defaults and precedence ------------------------------------------------------------------
 
 def test_defaults_load():
-    cfg = config.load()
+    cfg = config.load(overrides=["data.name=synthetic"])  # photographs-style data: ImageNet defaults
     assert isinstance(cfg, config.Config)
     assert cfg.model.name == "compact_cnn" and cfg.model.num_classes is None
-    assert cfg.data.name == "auto" and cfg.data.path is None
+    assert cfg.data.name == "synthetic" and cfg.data.path is None
     assert cfg.data.image_size == 224
     assert cfg.data.mean == config.IMAGENET_MEAN and cfg.data.std == config.IMAGENET_STD
     assert cfg.optimizer.name == "sgd" and cfg.optimizer.lr == 0.1
@@ -42,13 +42,30 @@ def test_defaults_load():
     assert cfg.training.epochs == 10 and cfg.training.batch_size == 32
     assert cfg.horovod.backward_passes_per_step == 1 and cfg.horovod.fusion_threshold_mb is None
     assert cfg.output.checkpoint_every == 1 and cfg.output.keep_checkpoints == 2
-    assert cfg == config.Config()
+    cfg.data.name = "auto"
+    assert cfg == config.Config()  # exactly the schema's defaults
+
+
+def test_digits_bring_their_own_defaults_under_everything_else(tmp_path):
+    bare = config.load()  # no data named: the embedded digits
+    assert (bare.data.name, bare.data.path) == ("auto", None)
+    assert (bare.data.image_size, bare.data.augment.hflip, bare.data.eval_crop) == (16, 0.0, 1.0)
+    assert bare.training.epochs == 12 and bare.optimizer.lr == 0.05
+    named = config.load(overrides=["data.name=digits"])
+    named.data.name = "auto"
+    assert named == bare
+    # the file, overrides and flags still win over the digits defaults
+    cfg = config.load(write(tmp_path, "data:\n  image_size: 24\n"), ["data.augment.hflip=0.5"],
+                      {"training.epochs": 3})
+    assert (cfg.data.image_size, cfg.data.augment.hflip, cfg.training.epochs) == (24, 0.5, 3)
+    # a path is not digits: the ImageNet-style defaults stay
+    assert config.load(overrides=["data.path=/data/x"]).data.image_size == 224
 
 
 def test_defaults_are_not_shared_between_loads():
-    first = config.load()
+    first = config.load(overrides=["data.name=synthetic"])
     first.data.mean.append(9.0)
-    assert config.load().data.mean == config.IMAGENET_MEAN
+    assert config.load(overrides=["data.name=synthetic"]).data.mean == config.IMAGENET_MEAN
     assert config.IMAGENET_MEAN == [0.485, 0.456, 0.406]
 
 
@@ -87,11 +104,11 @@ def test_file_then_overrides_then_flags(tmp_path):
 def test_none_flags_are_ignored():
     cfg = config.load(overrides=["training.epochs=5"],
                       flags={"training.epochs": None, "optimizer.lr": None})
-    assert cfg.training.epochs == 5 and cfg.optimizer.lr == 0.1
+    assert cfg.training.epochs == 5 and cfg.optimizer.lr == config.load().optimizer.lr
 
 
 def test_empty_config_file_gives_defaults(tmp_path):
-    assert config.load(write(tmp_path, "")) == config.Config()
+    assert config.load(write(tmp_path, "")) == config.load()
 
 
 # --- errors: one line naming the key ----------------------------------------------------------
@@ -228,7 +245,7 @@ def test_unresolvable_interpolation_is_a_user_error(monkeypatch):
 # --- serialisation ----------------------------------------------------------------------------
 
 def test_to_dict():
-    cfg = config.load(overrides=["training.epochs=3", "horovod.fusion_threshold_mb=32"])
+    cfg = config.load(overrides=["training.epochs=3", "horovod.fusion_threshold_mb=32", "data.name=synthetic"])
     as_dict = config.to_dict(cfg)
     assert set(as_dict) == {"model", "data", "optimizer", "schedule", "training", "horovod", "output"}
     assert as_dict["training"]["epochs"] == 3
