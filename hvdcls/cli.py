@@ -3,7 +3,7 @@
     hvdcls train [--backend torch|tensorflow] [--config FILE.yaml] [key=value ...]
     hvdcls data pack SRC_DIR OUT.lmdb       an ImageFolder directory into one LMDB file
     hvdcls doctor [--smoke] [--json]        is this installation ready to train?
-    hvdcls demo [--np 2]                    2-rank smoke job, both backends, both launchers
+    hvdcls demo [--np 2]                    digits with both backends under horovodrun, side by side
     horovodrun -np 2 -H localhost:2 --gloo hvdcls smoke --backend torch
     mpirun -np 2 --allow-run-as-root hvdcls smoke --backend tensorflow
 
@@ -44,7 +44,8 @@ def add_smoke(sub) -> None:
 
 
 def add_demo(sub) -> None:
-    parser = sub.add_parser("demo", help="the smoke job for both backends under both launchers")
+    parser = sub.add_parser("demo", help="train the digits with both backends under horovodrun, "
+                            "side by side (make demo)")
     parser.add_argument("--np", type=int, default=2, help="ranks per job (default 2)")
     parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.demo").run(a.np))
 
@@ -75,8 +76,10 @@ def add_train(sub) -> None:
     parser = sub.add_parser("train", help="train a classifier (one process, or many under "
                             "horovodrun/mpirun)", description="Train an image classifier. "
                             "Settings: defaults < --config file < key=value < flags.")
-    parser.add_argument("--backend", choices=registry.names(), default="torch")
-    parser.add_argument("--config", type=Path, help="YAML file (see configs/)")
+    parser.add_argument("--backend", choices=registry.names(), default="torch",
+                        help="default: torch")
+    parser.add_argument("--config", type=Path, help="YAML file (see configs/); default: the "
+                        "schema's defaults (digit-sized ones for the digits)")
     parser.add_argument("--data", help=f"{' or '.join(BUILTIN_DATA)}, or a path: an ImageFolder "
                         "directory (train/<class>/*, val/<class>/*) or an LMDB file")
     parser.add_argument("--model", help="compact_cnn, a torchvision or keras.applications name")
