@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -27,11 +27,9 @@ class ImageSource(Protocol):
     def image(self, index: int) -> Image.Image: ...
 
 
-@dataclass
-class ArraySource:
-    """Images held in memory as uint8 arrays (N, H, W) or (N, H, W, 3)."""
+class LabelledSource:
+    """Length and labels of a source that holds one label per sample in `labels`."""
 
-    images: np.ndarray
     labels: np.ndarray
 
     def __len__(self) -> int:
@@ -39,6 +37,14 @@ class ArraySource:
 
     def label(self, index: int) -> int:
         return int(self.labels[index])
+
+
+@dataclass
+class ArraySource(LabelledSource):
+    """Images held in memory as uint8 arrays (N, H, W) or (N, H, W, 3)."""
+
+    images: np.ndarray
+    labels: np.ndarray
 
     def image(self, index: int) -> Image.Image:
         return Image.fromarray(self.images[index]).convert("RGB")
@@ -74,17 +80,11 @@ def open_image_bytes(data: bytes, name: str) -> Image.Image:
 
 
 @dataclass
-class FileSource:
+class FileSource(LabelledSource):
     """Image files on disk (an ImageFolder split)."""
 
     paths: list[Path]
     labels: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def label(self, index: int) -> int:
-        return int(self.labels[index])
 
     def image(self, index: int) -> Image.Image:
         path = self.paths[index]
@@ -240,6 +240,3 @@ def check_num_classes(config: Config, data: Data) -> int:
                         f"classes ({', '.join(data.classes[:5])}{', ...' if data.num_classes > 5 else ''})")
     return data.num_classes
 
-
-def sample_labels(source: ImageSource, indices: Sequence[int]) -> np.ndarray:
-    return np.asarray([source.label(i) for i in indices], np.int64)

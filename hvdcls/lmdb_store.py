@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from hvdcls.config import Config
+from hvdcls.datasets import Data, LabelledSource, imagefolder_splits, open_image_bytes, split_source
 from hvdcls.errors import UserError
 
 FORMAT, VERSION = "hvdcls-lmdb", 1
@@ -45,8 +46,6 @@ def _lmdb():
 def pack(source_dir: Path, out_path: Path, progress: bool = True) -> dict:
     """Write an ImageFolder directory (train/ and optional val/) into one LMDB file."""
     from tqdm import tqdm
-
-    from hvdcls.datasets import imagefolder_splits
 
     source_dir, out_path = Path(source_dir), Path(out_path)
     if not source_dir.is_dir():
@@ -91,18 +90,12 @@ def _write_split(env, split: str, paths: list[Path], labels: list[int], bar, chu
 
 
 @dataclass
-class LMDBSource:
+class LMDBSource(LabelledSource):
     """One split of an LMDB file; holds no open handle, so it can go to loader workers."""
 
     path: Path
     split: str
     labels: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def label(self, index: int) -> int:
-        return int(self.labels[index])
 
     def _record(self, index: int) -> bytes:
         with open_env(self.path).begin(buffers=False) as txn:
@@ -112,8 +105,6 @@ class LMDBSource:
         return value
 
     def image(self, index: int):
-        from hvdcls.datasets import open_image_bytes
-
         return open_image_bytes(self._record(index)[LABEL.size:], f"{self.path}:{self.split}/{index}")
 
 
@@ -162,8 +153,6 @@ def _labels(txn, split: str, count: int) -> np.ndarray:
 
 
 def open_lmdb(config: Config, path: Path):
-    from hvdcls.datasets import Data, split_source
-
     meta = read_meta(path)
     train = LMDBSource(path, "train", meta["labels"]["train"])
     if "val" in meta["labels"]:

@@ -26,7 +26,6 @@ COMPACT_CNN_LAYERS = (Conv(32), Conv(32), Pool(), Conv(64), Conv(64), Pool())
 # Conv: He-normal over fan_out (untruncated); head: Glorot-uniform weights, zero bias.
 BN_EPSILON = 1e-5
 BN_MOMENTUM = 0.1  # torch convention (new statistics' weight); Keras takes 1 - this
-MIN_IMAGE_SIZE = 2 ** sum(isinstance(layer, Pool) for layer in COMPACT_CNN_LAYERS) * 2
 
 
 def normalise_name(name: str) -> str:

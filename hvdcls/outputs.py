@@ -30,10 +30,9 @@ def default_run_dir(backend: str, now: Optional[float] = None) -> Path:
 class RunOutputs:
     """Rank 0 holds a real one; other ranks hold one with `enabled=False` that writes nothing."""
 
-    def __init__(self, run_dir: Path, enabled: bool, quiet: bool = False):
+    def __init__(self, run_dir: Path, enabled: bool):
         self.run_dir = Path(run_dir)
         self.enabled = enabled
-        self.quiet = quiet
         self.history: list[dict] = []
 
     @property
@@ -41,7 +40,7 @@ class RunOutputs:
         return self.run_dir / "checkpoints"
 
     def say(self, message: str) -> None:
-        if self.enabled and not self.quiet:
+        if self.enabled:
             print(message, file=sys.stdout, flush=True)
 
     def write_config(self, yaml_text: str) -> None:

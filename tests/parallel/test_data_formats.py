@@ -1,15 +1,14 @@
 """A user's own images: an ImageFolder directory of real PNG files, and the same directory
 packed into LMDB with `hvdcls data pack`, trained by both backends under horovodrun -np 2
 with parallel loader workers. The format must not change a single number."""
-import json
 import subprocess
 import sys
 
 import pytest
 
-from hvdcls import launch
 from tests.image_tree import write_digits_imagefolder
-from tests.parallel.test_train import DIGITS, NP, metrics, read_json
+from tests.parallel.test_train import NP, train
+from tests.run_files import read_json, read_metrics
 
 pytestmark = pytest.mark.parallel
 
@@ -26,13 +25,9 @@ def image_dirs(tmp_path_factory):
     return folder, packed
 
 
-def train_on(backend: str, data, out):
-    command = launch.hvdcls_command("train", "--backend", backend, "--config", DIGITS, "--data", str(data),
-                                    "--epochs", "6", "--workers", "2", "--output-dir", str(out),
-                                    "output.checkpoint_every=0")
-    cmd, env = launch.local_job("horovodrun", NP, command)
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+def train_on(backend: str, data, out) -> dict:
+    train("horovodrun", NP, backend, out, "--data", str(data), "--epochs", "6", "--workers", "2",
+          "output.checkpoint_every=0")
     return read_json(out / "summary.json")
 
 
@@ -47,5 +42,5 @@ def test_imagefolder_and_lmdb_train_alike(backend, image_dirs, tmp_path):
     assert len(set(from_folder["rank_weight_digests"])) == 1
     # Same bytes, same sharding, same augmentation draws: the same run, number for number.
     assert from_lmdb["rank_weight_digests"] == from_folder["rank_weight_digests"]
-    for a, b in zip(metrics(tmp_path / "folder"), metrics(tmp_path / "lmdb")):
+    for a, b in zip(read_metrics(tmp_path / "folder"), read_metrics(tmp_path / "lmdb")):
         assert (a["train_loss"], a["val_accuracy"]) == (b["train_loss"], b["val_accuracy"])

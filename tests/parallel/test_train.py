@@ -6,13 +6,13 @@ accumulation and under mpirun too; the sharded, reduced validation accuracy equa
 process evaluating the same checkpoint; a resumed run repeats the uninterrupted run's next
 epoch; both backends reach the demo's accuracy bar on the digits.
 """
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from hvdcls import launch
+from tests.run_files import read_json, read_metrics
 
 pytestmark = pytest.mark.parallel
 REPO = Path(__file__).resolve().parents[2]
@@ -33,14 +33,6 @@ def train(launcher: str, np: int, backend: str, out: Path, *args: str, timeout: 
     return result
 
 
-def read_json(path: Path) -> dict:
-    return json.loads(path.read_text())
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
 @pytest.fixture(scope="module", params=BACKENDS)
 def digits_run(request, tmp_path_factory):
     """The demo's job: digits, 12 epochs, 2 ranks under horovodrun; checkpoints 4, 8, 12 kept."""
@@ -57,7 +49,7 @@ def test_reaches_the_accuracy_bar_with_identical_weights(digits_run):
     digests = summary["rank_weight_digests"]
     assert len(digests) == NP and len(set(digests)) == 1, digests
     assert summary["data"]["train"] + summary["data"]["val"] == 1797
-    assert [r["epoch"] for r in metrics(out)] == list(range(1, 13))
+    assert [r["epoch"] for r in read_metrics(out)] == list(range(1, 13))
 
 
 def test_only_rank_0_wrote_outputs(digits_run):
@@ -84,7 +76,7 @@ def test_resume_repeats_the_uninterrupted_run(digits_run, tmp_path):
     backend, out = digits_run
     resumed = tmp_path / "resumed"
     train("horovodrun", NP, backend, resumed, "--resume", str(out / "checkpoints" / "epoch-0008"))
-    original, again = metrics(out), metrics(resumed)
+    original, again = read_metrics(out), read_metrics(resumed)
     assert [r["epoch"] for r in again] == list(range(1, 13))  # history carried over
     assert again[:8] == original[:8]
     for epoch in range(8, 12):  # epochs 9..12, trained again from the checkpoint
@@ -109,7 +101,7 @@ def test_weights_identical_on_every_rank(backend, launcher, options, tmp_path):
     assert len(digests) == NP and len(set(digests)) == 1, digests
     assert summary["controller"] == ("mpi" if launcher == "mpirun" else "gloo")
     assert summary["model_info"]["horovod"]["compression"] == summary["config"]["horovod"]["compression"]
-    assert metrics(out)[-1]["train_accuracy"] > 0.5  # it trained (chance is 0.1)
+    assert read_metrics(out)[-1]["train_accuracy"] > 0.5  # it trained (chance is 0.1)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
