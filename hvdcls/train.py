@@ -94,8 +94,8 @@ def restore(backend: Backend, ctx: Context, resumed: Optional[checkpoint.Resumed
     """(epochs done, their metrics): from the checkpoint, or (0, []) for a new run."""
     if resumed is None:
         return 0, []
-    if ctx.is_main:
-        backend.load(resumed.directory)
+    # A checkpoint rank 0 cannot read stops every rank, not just rank 0.
+    on_main_then_share(backend, ctx, lambda: backend.load(resumed.directory), "load")
     backend.broadcast_state()  # Horovod: every rank continues from rank 0's checkpoint
     outputs.say(f"resumed from {resumed.directory} after epoch {resumed.state['epoch']}")
     return resumed.state["epoch"], resumed.state["history"]

@@ -13,6 +13,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import zipfile  # noqa: E402
 from importlib import metadata  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -221,8 +222,8 @@ class TensorFlowBackend(Backend):
         try:
             with np.load(path) as arrays:
                 stored = {key: arrays[key] for key in arrays.files}
-        except (OSError, ValueError) as err:
-            raise UserError(f"cannot load {path}: {err}") from None
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+            raise UserError(f"cannot load {path}: {err or type(err).__name__}") from None
         for prefix, variables in (("model", self.model.variables), ("optimizer", self.optimizer.variables)):
             names = [k for k in stored if k.startswith(prefix + "/")]
             if len(names) != len(variables):

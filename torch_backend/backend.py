@@ -4,6 +4,7 @@ Mirror: tf_backend/backend.py. Lines that exist only for distribution say `# Hor
 """
 from __future__ import annotations
 
+import pickle
 from contextlib import nullcontext
 from importlib import metadata
 from pathlib import Path
@@ -170,10 +171,11 @@ class TorchBackend(Backend):
         try:
             state = torch.load(path, map_location=self.device, weights_only=True)
             self.model.load_state_dict(state["model"])
-        except (OSError, RuntimeError, KeyError) as err:
-            raise UserError(f"cannot load {path}: {str(err).splitlines()[0]}") from None
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scaler.load_state_dict(state["scaler"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scaler.load_state_dict(state["scaler"])
+        except (OSError, RuntimeError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as err:
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise UserError(f"cannot load {path}: {reason}") from None
 
     def broadcast_state(self) -> None:
         hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)  # Horovod

@@ -3,7 +3,6 @@
 The cases are written once; tests/torch_backend/test_train.py and tests/tf_backend/test_train.py
 run them, each defining the module-scoped `backend` fixture.
 """
-import json
 import math
 import os
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hvdcls import registry
+from tests.run_files import read_json, read_metrics
 
 VERSIONS = {"torch": ("torch", "torchvision", "horovod", "hvdcls", "python"),
             "tensorflow": ("tensorflow", "keras", "horovod", "hvdcls", "python")}
@@ -54,12 +54,6 @@ def one_line_user_error(result: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def read_json(path: Path) -> dict:
-    return json.loads(path.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +154,15 @@ def test_same_seed_same_run(backend, run, tmp_path):
     ok(hvdcls_train(tmp_path, backend, "--epochs", 2, "--output-dir", tmp_path / "again"))
     assert read_json(tmp_path / "again" / "summary.json")["rank_weight_digests"] == \
         read_json(run / "summary.json")["rank_weight_digests"]
+
+
+def test_truncated_checkpoint_is_one_line_exit_2(backend, run, tmp_path):
+    import shutil
+
+    broken = tmp_path / "epoch-0002"
+    shutil.copytree(run / "checkpoints" / "epoch-0002", broken)
+    [weights] = [p for p in broken.iterdir() if p.name != "state.json"]
+    weights.write_bytes(weights.read_bytes()[:100])  # what a full disk leaves behind
+    line = one_line_user_error(hvdcls_train(tmp_path, backend, "--epochs", 3, "--resume", broken,
+                                            "--output-dir", tmp_path / "out"))
+    assert f"cannot load {weights}" in line
