@@ -5,6 +5,7 @@ Run with the virtual environment's Python, after torch and TensorFlow are instal
     .venv/bin/python tools/horovod_wheel.py            # CPU hosts: Gloo + MPI
     .venv/bin/python tools/horovod_wheel.py --gpu      # GPU hosts: + NCCL (needs a GPU TensorFlow)
     .venv/bin/python tools/horovod_wheel.py --print-key
+    .venv/bin/python tools/horovod_wheel.py --print-wheel   # path of the cached wheel
 
 Horovod's last release does not build as shipped against current PyTorch: its torch
 extension is pinned to C++14 while torch 2.14's headers demand C++20. We lift the standard
@@ -349,10 +350,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir())
     parser.add_argument("--rebuild", action="store_true", help="ignore the cached wheel")
     parser.add_argument("--print-key", action="store_true", help="print the cache key and exit")
+    parser.add_argument("--print-wheel", action="store_true",
+                        help="print the cached wheel's path (building it if missing), install nothing")
     args = parser.parse_args(argv)
     try:
         if args.print_key:
             print(collect_inputs(args.gpu).key())
+            return 0
+        if args.print_wheel:  # `make wheelhouse` copies it into the Docker build context
+            print(cached_wheel(args.cache_dir, collect_inputs(args.gpu), args.rebuild))
             return 0
         ensure(args.gpu, args.cache_dir, args.rebuild)
     except SetupError as err:
