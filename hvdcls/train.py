@@ -12,6 +12,7 @@ error ends every rank at once with one line instead of leaving ranks waiting on 
 from __future__ import annotations
 
 import platform
+import socket
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -75,6 +76,7 @@ def train(config: cfg.Config, backend_name: str) -> dict:
     summary = make_summary(config, ctx, data, model_info, horovod_settings, history, started,
                            resumed)
     summary["rank_weight_digests"] = rank_weight_digests(backend)
+    summary["rank_hosts"] = backend.allgather_object(socket.gethostname(), "rank_hosts")
     outputs.write_summary(summary)
     outputs.say(f"done: val accuracy {summary['val_accuracy']:.4f} "
                 f"(best {summary['best_val_accuracy']:.4f}), {summary['images_per_sec']:.1f} img/s, "

@@ -1,0 +1,94 @@
+"""The compose cluster of docker/compose.yaml, driven from tests: build, up, exec, down.
+
+Everything goes through the real Docker engine and the real images; nothing is mocked.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = REPO / "docker" / "compose.yaml"
+IMAGE = os.environ.get("HVDCLS_IMAGE", "hvdcls:latest")
+BASE_IMAGE = os.environ.get("BASE_IMAGE", "hvdcls/base:bookworm")
+WORKERS = ["worker1", "worker2"]
+SSH_PORT = 12345
+
+
+def compose_command() -> Optional[list[str]]:
+    """`docker compose` (v2 plugin) where it exists, else Debian's docker-compose 1.29."""
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"],
+                                                 capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    return ["docker-compose"] if shutil.which("docker-compose") else None
+
+
+def unavailable_reason() -> Optional[str]:
+    """Why the docker tests cannot run here, or None."""
+    if not shutil.which("docker"):
+        return "no docker client (make test starts an engine as root: tools/docker_engine.sh)"
+    if subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode != 0:
+        return "no Docker engine answers `docker info` (tools/docker_engine.sh starts one as root)"
+    if compose_command() is None:
+        return "neither `docker compose` nor docker-compose is installed"
+    return None
+
+
+def build_images() -> None:
+    """`make base-image` and `make image`: both do nothing when already up to date."""
+    env = {**os.environ, "BASE_IMAGE": BASE_IMAGE}
+    for cmd in (["bash", str(REPO / "tools" / "base_image.sh")],
+                [sys.executable, str(REPO / "tools" / "docker_image.py"), "image",
+                 "--base-image", BASE_IMAGE, "--tag", IMAGE]):
+        result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+
+
+class Cluster:
+    """One compose project: keygen, worker1, worker2 and a launcher on a private network."""
+
+    def __init__(self, project: str):
+        self.project = project
+        self.base = [*compose_command(), "--file", str(COMPOSE_FILE), "--project-name", project]
+        self.env = {**os.environ, "HVDCLS_IMAGE": IMAGE}
+
+    def compose(self, *args: str, timeout: int = 300, check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run([*self.base, *args], env=self.env, capture_output=True, text=True,
+                                timeout=timeout)
+        if check:
+            assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+        return result
+
+    def up(self) -> None:
+        self.down()  # a project left over by a killed run
+        self.compose("up", "--detach")
+        # The launcher's entrypoint waits for both workers' sshd; this waits for the launcher.
+        self.launcher("hvdcls-container", "wait-workers", timeout=180)
+
+    def down(self) -> None:
+        """Containers, the network and the volumes (the SSH key with them)."""
+        self.compose("down", "--volumes", "--remove-orphans", "--timeout", "5", check=False)
+
+    def launcher(self, *cmd: str, timeout: int = 900, check: bool = True) -> subprocess.CompletedProcess:
+        return self.compose("exec", "-T", "launcher", *cmd, timeout=timeout, check=check)
+
+    def read_json(self, path: str) -> dict:
+        return json.loads(self.launcher("cat", path, timeout=60).stdout)
+
+    def files(self, directory: str, name: str) -> list[str]:
+        out = self.launcher("find", directory, "-name", name, timeout=60).stdout
+        return sorted(out.split())
+
+    def resources(self) -> dict[str, list[str]]:
+        """What Docker still holds for this project: containers, networks, volumes."""
+        label = f"label=com.docker.compose.project={self.project}"
+        listings = {"containers": ["docker", "ps", "--all", "--quiet", "--filter", label],
+                    "networks": ["docker", "network", "ls", "--quiet", "--filter", label],
+                    "volumes": ["docker", "volume", "ls", "--quiet", "--filter", label]}
+        return {kind: subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()
+                for kind, cmd in listings.items()}
