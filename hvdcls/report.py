@@ -22,6 +22,7 @@ from hvdcls.fileio import write_atomic
 from hvdcls.monitor import Sink
 
 REPORT_FILE = "report.png"
+RUN_REPORT_TIMELINE_LIMIT = 256 << 20  # larger timelines: `hvdcls report` or `hvdcls timeline`
 FIGURE_INCHES, DPI = (11.0, 7.5), 100
 NOT_MEASURED = "all-reduce wait not separable in this backend:\nrun with horovod.timeline=PATH, then hvdcls timeline PATH"
 
@@ -47,7 +48,9 @@ class Run:
         return sum(values) / len(values) if values else None
 
 
-def load_run(directory: Path, with_timeline: bool = True) -> Run:
+def load_run(directory: Path, timeline_limit_bytes: Optional[int] = None) -> Run:
+    """The run in `directory`; its timeline's share is read unless the file is larger than
+    timeline_limit_bytes (the end of training should not wait minutes for a huge trace)."""
     directory = Path(directory)
     metrics = directory / "metrics.jsonl"
     if not metrics.is_file():
@@ -57,13 +60,15 @@ def load_run(directory: Path, with_timeline: bool = True) -> Run:
         raise UserError(f"{metrics} holds no epoch yet")
     summary_file = directory / "summary.json"
     summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
-    return Run(directory, history, summary, timeline_share(summary) if with_timeline else None)
+    return Run(directory, history, summary, timeline_share(summary, timeline_limit_bytes))
 
 
-def timeline_share(summary: dict) -> Optional[float]:
+def timeline_share(summary: dict, limit_bytes: Optional[int] = None) -> Optional[float]:
     """Communication share from the run's Horovod timeline, when it recorded one."""
     path = ((summary.get("config") or {}).get("horovod") or {}).get("timeline")
     if not path or not Path(path).is_file():
+        return None
+    if limit_bytes is not None and Path(path).stat().st_size > limit_bytes:
         return None
     from hvdcls import timeline
 
@@ -238,4 +243,5 @@ class ReportSink(Sink):
 
     def finish(self) -> None:
         """The last drawing also knows the summary (and the timeline's share, if recorded)."""
-        write_atomic(self.run_dir / REPORT_FILE, render_run(load_run(self.run_dir)))
+        run = load_run(self.run_dir, timeline_limit_bytes=RUN_REPORT_TIMELINE_LIMIT)
+        write_atomic(self.run_dir / REPORT_FILE, render_run(run))
