@@ -14,7 +14,7 @@ import abc
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, ContextManager, Iterable, NamedTuple, Optional
 
 from hvdcls.batches import EpochBatches
 from hvdcls.config import Config
@@ -110,6 +110,17 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def weights(self) -> dict[str, Any]:
         """Model state (trained weights and buffers) as numpy arrays, by name."""
+
+    @abc.abstractmethod
+    def allreduce_wait_seconds(self) -> Optional[float]:
+        """Seconds the last train_step blocked waiting for its gradient all-reduce once the
+        backward pass was done (Horovod overlaps the rest with backward), measured on the
+        host; None where the backend cannot time it apart from the rest of the step."""
+
+    @abc.abstractmethod
+    def profiler(self, directory: Path) -> ContextManager[None]:
+        """A context manager: profile what runs inside it with the framework's profiler and
+        write the trace into `directory` (which exists) when it exits."""
 
 
 def threads_per_process(config: Config, local_size: int) -> int:

@@ -4,6 +4,8 @@
     hvdcls data pack SRC_DIR OUT.lmdb       an ImageFolder directory into one LMDB file
     hvdcls doctor [--smoke] [--json]        is this installation ready to train?
     hvdcls demo [--np 2]                    digits with both backends under horovodrun, side by side
+    hvdcls timeline PATH [--json]           Horovod's timeline as a few numbers (communication share)
+    hvdcls report RUN_DIR [RUN_DIR ...]     runs side by side: a PNG and a Markdown table
     horovodrun -np 2 -H localhost:2 --gloo hvdcls smoke --backend torch
     mpirun -np 2 --allow-run-as-root hvdcls smoke --backend tensorflow
 
@@ -55,11 +57,14 @@ BUILTIN_DATA = ("digits", "synthetic")
 TRAIN_FLAGS = {"model": "model.name", "epochs": "training.epochs", "batch_size": "training.batch_size",
                "lr": "optimizer.lr", "amp": "training.amp", "resume": "training.resume",
                "output_dir": "output.dir", "workers": "data.workers", "seed": "training.seed",
-               "eval_only": "training.eval_only"}
+               "eval_only": "training.eval_only", "metrics_port": "output.metrics_port",
+               "profile_steps": "training.profile_steps"}
 
 
 def train_flags(args: argparse.Namespace) -> dict:
     flags = {key: getattr(args, name) for name, key in TRAIN_FLAGS.items()}
+    if args.quiet:
+        flags["output.progress"] = "quiet"
     if args.data in BUILTIN_DATA:
         flags.update({"data.name": args.data, "data.path": None})
     elif args.data is not None:
@@ -93,6 +98,12 @@ def add_train(sub) -> None:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--eval-only", "--test-only", dest="eval_only", action="store_true",
                         default=None, help="evaluate the --resume checkpoint and stop")
+    parser.add_argument("--metrics-port", type=int, metavar="PORT",
+                        help="serve Prometheus metrics on rank 0 (0: any free port, logged)")
+    parser.add_argument("--profile-steps", type=int, metavar="N",
+                        help="profile N steps with torch.profiler / the TF profiler into RUN_DIR/profile")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bar or step/epoch lines (batch jobs)")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="dotted config overrides, e.g. optimizer.lr=0.05 horovod.compression=fp16")
     parser.set_defaults(handler=run_train)
@@ -110,13 +121,30 @@ def add_data(sub) -> None:
         a.source, a.output, not a.quiet))
 
 
+def add_timeline(sub) -> None:
+    parser = sub.add_parser("timeline", help="summarise a Horovod timeline: time per op, "
+                            "negotiation vs all-reduce, fused bytes, communication share")
+    parser.add_argument("path", type=Path, help="the file horovod.timeline=PATH wrote "
+                        "(may still be growing)")
+    parser.add_argument("--json", action="store_true", help="machine-readable")
+    parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.timeline").main(a.path, a.json))
+
+
+def add_report(sub) -> None:
+    parser = sub.add_parser("report", help="compare run directories: a PNG and a Markdown table")
+    parser.add_argument("runs", type=Path, nargs="+", metavar="RUN_DIR")
+    parser.add_argument("-o", "--output", type=Path, default=Path("report.png"),
+                        help="the PNG to write; the table goes beside it as .md (default report.png)")
+    parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.report").compare(a.runs, a.output))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="hvdcls", description="Horovod image-classification training "
                                      "for PyTorch and TensorFlow.")
     parser.add_argument("--version", action="version", version=f"hvdcls {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=OneLineParser)
-    for add in (add_train, add_data, add_doctor, add_smoke, add_demo):
+    for add in (add_train, add_data, add_doctor, add_smoke, add_demo, add_timeline, add_report):
         add(sub)
     return parser
 

@@ -89,7 +89,8 @@ class TrainingConfig:
     threads: Optional[int] = None  # compute threads per process; None: cores / local ranks
     resume: Optional[str] = None  # checkpoint directory, or a run directory (its latest)
     eval_only: bool = False  # evaluate the resumed checkpoint on the validation split, then stop
-    log_every: int = 50  # steps between progress lines
+    log_every: int = 50  # steps between progress lines (when progress is plain lines)
+    profile_steps: int = 0  # profile this many steps of the first epoch (torch/TF profiler); 0: off
 
 
 @dataclass
@@ -111,6 +112,12 @@ class OutputConfig:
     dir: Optional[str] = None  # None: runs/<timestamp>-<backend>
     checkpoint_every: int = 1  # epochs; 0 disables checkpoints (the last epoch is always saved)
     keep_checkpoints: int = 2
+    progress: str = "auto"  # auto (a bar on a terminal, else lines) | bar | lines | quiet
+    metrics_port: Optional[int] = None  # Prometheus /metrics on rank 0; 0: any free port; None: off
+    metrics_host: str = "0.0.0.0"  # the address /metrics listens on
+    metrics_linger_seconds: float = 0.0  # after training, serve until one more scrape or this long
+    tensorboard: bool = True  # scalars under RUN_DIR/tensorboard/
+    report: bool = True  # RUN_DIR/report.png, redrawn after every epoch
 
 
 @dataclass
@@ -134,13 +141,15 @@ CHOICES = {
     "training.device": ("auto", "cpu", "cuda"),
     "horovod.compression": ("none", "fp16"),
     "horovod.op": ("average", "adasum"),
+    "output.progress": ("auto", "bar", "lines", "quiet"),
 }
 POSITIVE = ("data.image_size", "data.synthetic.num_samples", "data.synthetic.num_classes",
             "training.epochs", "training.batch_size", "training.log_every",
             "horovod.backward_passes_per_step", "output.keep_checkpoints", "schedule.step_size")
 NON_NEGATIVE = ("data.workers", "optimizer.lr", "optimizer.momentum", "optimizer.weight_decay",
                 "schedule.warmup_epochs", "schedule.min_lr_factor", "output.checkpoint_every",
-                "training.label_smoothing", "training.seed")
+                "training.label_smoothing", "training.seed", "training.profile_steps",
+                "output.metrics_linger_seconds")
 OPTIONAL_POSITIVE = ("model.num_classes", "training.grad_clip_norm", "training.threads",
                      "horovod.fusion_threshold_mb", "horovod.cycle_time_ms")
 
@@ -280,6 +289,9 @@ def validate(config: Config) -> None:
         raise UserError("config optimizer.nesterov=true needs optimizer.momentum > 0")
     if config.training.eval_only and not config.training.resume:
         raise UserError("config training.eval_only=true needs a checkpoint to evaluate: --resume PATH")
+    port = config.output.metrics_port
+    if port is not None and not 0 <= port <= 65535:
+        raise UserError(f"config output.metrics_port={port}: a TCP port in [0, 65535] (0: any free port)")
     if not 0 <= config.training.label_smoothing < 1:
         raise UserError(f"config training.label_smoothing={config.training.label_smoothing}: "
                         "must be in [0, 1)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, NamedTuple, Optional
 
 import numpy as np
 
@@ -17,7 +17,9 @@ from hvdcls.backend import Backend, Context, Sums
 from hvdcls.batches import EpochBatches
 from hvdcls.config import Config
 from hvdcls.datasets import Data
+from hvdcls.monitor import LossReads, Monitor, RunInfo, StepSample
 from hvdcls.outputs import RunOutputs
+from hvdcls.profiling import StepProfiler
 from hvdcls.sharding import TrainShards, eval_batches
 from hvdcls.transforms import Preprocess
 
@@ -35,6 +37,30 @@ def grouped(batches: Iterable, size: int) -> Iterator[list]:
         if len(group) == size:
             yield group
             group = []
+
+
+class LoaderWait:
+    """Wraps a loader and adds up the time spent blocked in its `next()`: the data wait."""
+
+    def __init__(self, loader: Iterable):
+        self.loader, self.waited = loader, 0.0
+
+    def __iter__(self) -> Iterator:
+        batches = iter(self.loader)
+        while True:
+            started = time.perf_counter()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            finally:
+                self.waited += time.perf_counter() - started
+            yield batch
+
+    def take(self) -> float:
+        """Seconds waited since the last take()."""
+        waited, self.waited = self.waited, 0.0
+        return waited
 
 
 def add(total: Optional[Sums], step: Sums) -> Sums:
@@ -59,10 +85,31 @@ class Reduced:
         return cls(loss / max(count, 1), correct / max(count, 1), int(round(count)))
 
 
+class TimedStep(NamedTuple):
+    sums: Sums  # framework scalars, for the epoch's exact reduction
+    sample: StepSample  # what the monitor sees
+
+
+@dataclass
+class EpochTimes:
+    """Rank 0's sums over one epoch's steps (see hvdcls.monitor for their meaning)."""
+
+    data_wait: float = 0.0
+    step: float = 0.0
+    allreduce: Optional[float] = None  # None: the backend cannot separate it
+
+    def add(self, sample: StepSample) -> None:
+        self.data_wait += sample.data_wait
+        self.step += sample.seconds
+        if sample.allreduce is not None:
+            self.allreduce = (self.allreduce or 0.0) + sample.allreduce
+
+
 class Trainer:
     def __init__(self, config: Config, backend: Backend, ctx: Context, data: Data,
-                 outputs: RunOutputs):
+                 outputs: RunOutputs, monitor: Optional[Monitor] = None):
         self.config, self.backend, self.ctx, self.data, self.outputs = config, backend, ctx, data, outputs
+        self.monitor = monitor or Monitor([])
         self.passes = config.horovod.backward_passes_per_step
         self.shards = TrainShards(len(data.train), ctx.size, ctx.rank, config.training.batch_size,
                                   self.passes, config.training.seed)
@@ -71,25 +118,45 @@ class Trainer:
                                     steps_per_epoch=self.shards.steps_per_epoch,
                                     epochs=config.training.epochs)
         self.preprocess = Preprocess(config.data, config.training.seed)
+        # Every rank trains the same number of full steps, so images per step are known exactly.
+        self.images_per_step = config.training.batch_size * self.passes * ctx.size
+        self.profiler: Optional[StepProfiler] = None
 
-    def train_epoch(self, epoch: int) -> tuple[Reduced, float, float]:
-        """One pass over this rank's shard; returns (reduced metrics, seconds, last lr)."""
+    def train_epoch(self, epoch: int) -> tuple[Reduced, float, float, EpochTimes]:
+        """One pass over this rank's shard; returns (reduced metrics, seconds, last lr, times)."""
         self.backend.seed(epoch_seed(self.config.training.seed, epoch, self.ctx.rank))
         batches = EpochBatches(self.data.train, self.shards.batches(epoch), self.preprocess,
                                epoch, train=True)
-        steps, log_every = self.shards.steps_per_epoch, self.config.training.log_every
-        total, lr, started = None, 0.0, time.perf_counter()
-        loader = self.backend.loader(batches, self.config.data.workers)
+        steps = self.shards.steps_per_epoch
+        total, lr, times = None, 0.0, EpochTimes()
+        loss_reads = LossReads(self.config.training.log_every)
+        started = time.perf_counter()
+        loader = LoaderWait(self.backend.loader(batches, self.config.data.workers))
         for step, micro in enumerate(grouped(loader, self.passes)):
             lr = self.lr_at(epoch * steps + step)
-            sums = self.backend.train_step(micro, lr)
-            total = add(total, sums)
-            if (step + 1) % log_every == 0:
-                self.outputs.say(f"epoch {epoch + 1} step {step + 1}/{steps} "
-                                 f"loss {float(sums.loss) / float(sums.count):.4f} lr {lr:.4g}")
+            sample = self.timed_step(epoch, step, micro, lr, loader.take(), loss_reads)
+            total = add(total, sample.sums)
+            times.add(sample.sample)
+            self.monitor.step(sample.sample)
         seconds = time.perf_counter() - started
         reduced = self.backend.allreduce_sum(as_floats(total), f"train_metrics.{epoch}")
-        return Reduced.from_sums(reduced), seconds, lr
+        return Reduced.from_sums(reduced), seconds, lr, times
+
+    def timed_step(self, epoch: int, step: int, micro: list, lr: float, data_wait: float,
+                   loss_reads: LossReads) -> "TimedStep":
+        if self.profiler:
+            self.profiler.before_step(epoch, step)
+        started = time.perf_counter()
+        sums = self.backend.train_step(micro, lr)
+        seconds = time.perf_counter() - started
+        if self.profiler:
+            self.profiler.after_step(epoch, step)
+        loss = None
+        if loss_reads.due(step, self.shards.steps_per_epoch, time.perf_counter()):
+            loss = float(sums.loss) / float(sums.count)  # waits for the device: not every step
+        sample = StepSample(epoch, step, self.images_per_step, seconds, data_wait,
+                            self.backend.allreduce_wait_seconds(), lr, loss)
+        return TimedStep(sums, sample)
 
     def evaluate(self) -> Reduced:
         """Validation on this rank's shard, reduced exactly: sum(correct) / sum(count)."""
@@ -105,31 +172,40 @@ class Trainer:
         """Epochs start_epoch+1 .. epochs; returns the metrics of every epoch of the run."""
         self.outputs.start(history)
         epochs = self.config.training.epochs
+        self.monitor.start(RunInfo(self.ctx.backend, self.config.model.name, self.data.name,
+                                   self.ctx.size, epochs, self.shards.steps_per_epoch, start_epoch))
+        self.profiler = self.make_profiler(start_epoch)
         for epoch in range(start_epoch, epochs):
             started = time.perf_counter()
-            train, train_seconds, lr = self.train_epoch(epoch)
+            train, train_seconds, lr, times = self.train_epoch(epoch)
             self.backend.sync_buffers()  # Horovod: BN statistics are not gradients; average them
             val = self.evaluate()
-            record = self.record(epoch, train, val, lr, train_seconds, time.perf_counter() - started)
+            record = self.record(epoch, train, val, lr, train_seconds, time.perf_counter() - started,
+                                 times)
             self.outputs.add_epoch(record)
-            self.outputs.say(self.epoch_line(record))
+            self.monitor.epoch(record, self.outputs.history)
             if checkpoint.due(epoch + 1, epochs, self.config.output.checkpoint_every):
                 self.save(epoch + 1)
         return self.outputs.history
 
+    def make_profiler(self, start_epoch: int) -> Optional[StepProfiler]:
+        """Rank 0 profiles training.profile_steps steps of this run's first epoch."""
+        wanted = self.config.training.profile_steps
+        if not wanted or not self.ctx.is_main:
+            return None
+        return StepProfiler(self.backend.profiler, self.outputs.run_dir, start_epoch,
+                            self.shards.steps_per_epoch, wanted, self.monitor.note)
+
     def record(self, epoch: int, train: Reduced, val: Reduced, lr: float,
-               train_seconds: float, seconds: float) -> dict:
+               train_seconds: float, seconds: float, times: EpochTimes) -> dict:
         return {"epoch": epoch + 1, "train_loss": train.loss, "train_accuracy": train.accuracy,
                 "val_loss": val.loss, "val_accuracy": val.accuracy, "lr": lr,
                 "images_per_sec": train.count / train_seconds, "train_images": train.count,
                 "val_images": val.count, "train_seconds": train_seconds, "epoch_seconds": seconds,
-                "world_size": self.ctx.size, "steps": self.shards.steps_per_epoch}
-
-    @staticmethod
-    def epoch_line(r: dict) -> str:
-        return (f"epoch {r['epoch']}: train loss {r['train_loss']:.4f} acc {r['train_accuracy']:.4f} | "
-                f"val loss {r['val_loss']:.4f} acc {r['val_accuracy']:.4f} | lr {r['lr']:.4g} | "
-                f"{r['images_per_sec']:.1f} img/s | {r['epoch_seconds']:.1f} s")
+                "world_size": self.ctx.size, "steps": self.shards.steps_per_epoch,
+                "data_wait_seconds": times.data_wait, "data_wait_share": times.data_wait / train_seconds,
+                "step_seconds": times.step, "allreduce_wait_seconds": times.allreduce,
+                "allreduce_share": None if times.allreduce is None else times.allreduce / train_seconds}
 
     def save(self, epochs_done: int) -> None:
         if not self.ctx.is_main:  # Horovod: weights are identical on every rank; rank 0 writes
@@ -141,4 +217,4 @@ class Trainer:
                  "best_val_accuracy": max(r["val_accuracy"] for r in history), "history": history}
         path = checkpoint.save(self.outputs.checkpoints_dir, epochs_done, state, self.backend.save,
                                self.config.output.keep_checkpoints)
-        self.outputs.say(f"checkpoint {path}")
+        self.monitor.note(f"checkpoint {path}")

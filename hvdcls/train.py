@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import platform
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -21,22 +22,27 @@ from hvdcls import __version__, checkpoint, config as cfg, datasets, horovod_env
 from hvdcls.backend import Backend, Context, weights_digest
 from hvdcls.engine import Trainer
 from hvdcls.errors import UserError
+from hvdcls.monitor import Monitor, Sink
 from hvdcls.outputs import EVAL_FILE, RunOutputs, default_run_dir
 
 
-def on_main_then_share(backend: Backend, ctx: Context, work: Callable[[], object], name: str):
+def on_main_then_share(backend: Backend, ctx: Context, work: Callable[[], object], name: str,
+                       share_result: bool = True):
     """Run `work` on rank 0 only and give its result to every rank; a UserError raised there is
-    raised on every rank too, so no rank is left waiting in a collective."""
+    raised on every rank too, so no rank is left waiting in a collective. With
+    share_result=False only the outcome travels: rank 0 gets the result, the others None."""
     outcome: tuple = ("ok", None)
+    result = None
     if ctx.is_main:
         try:
-            outcome = ("ok", work())
+            result = work()
+            outcome = ("ok", result if share_result else None)
         except UserError as err:
             outcome = ("error", str(err))
     kind, value = backend.broadcast_object(outcome, name) if ctx.size > 1 else outcome
     if kind == "error":
         raise UserError(value)
-    return value
+    return value if share_result else result
 
 
 def read_resume(config: cfg.Config, backend_name: str) -> Optional[checkpoint.Resumed]:
@@ -68,20 +74,49 @@ def train(config: cfg.Config, backend_name: str) -> dict:
     backend.seed(config.training.seed)  # the same initial weights for the same seed, run after run
     model_info = backend.build(config, num_classes)
     start_epoch, history = restore(backend, ctx, resumed, outputs)
-    trainer = Trainer(config, backend, ctx, data, outputs)
     if config.training.eval_only:
-        return evaluate_only(trainer, backend, ctx, resumed, outputs)
-    outputs.write_config(cfg.to_yaml(config))
-    history = trainer.run(start_epoch, history)
-    summary = make_summary(config, ctx, data, model_info, horovod_settings, history, started,
-                           resumed)
-    summary["rank_weight_digests"] = rank_weight_digests(backend)
-    summary["rank_hosts"] = backend.allgather_object(socket.gethostname(), "rank_hosts")
-    outputs.write_summary(summary)
-    outputs.say(f"done: val accuracy {summary['val_accuracy']:.4f} "
-                f"(best {summary['best_val_accuracy']:.4f}), {summary['images_per_sec']:.1f} img/s, "
-                f"{summary['wall_seconds']:.1f} s; outputs in {outputs.run_dir}")
+        return evaluate_only(Trainer(config, backend, ctx, data, outputs), backend, ctx, resumed, outputs)
+    sinks = on_main_then_share(backend, ctx, lambda: make_sinks(config, backend_name, outputs),
+                               "monitor", share_result=False)  # a busy metrics port stops every rank
+    with Monitor(sinks or []) as monitor:
+        outputs.write_config(cfg.to_yaml(config))
+        history = Trainer(config, backend, ctx, data, outputs, monitor).run(start_epoch, history)
+        summary = make_summary(config, ctx, data, model_info, horovod_settings, history, started,
+                               resumed)
+        summary["rank_weight_digests"] = rank_weight_digests(backend)
+        summary["rank_hosts"] = backend.allgather_object(socket.gethostname(), "rank_hosts")
+        outputs.write_summary(summary)
+        outputs.say(f"done: val accuracy {summary['val_accuracy']:.4f} "
+                    f"(best {summary['best_val_accuracy']:.4f}), {summary['images_per_sec']:.1f} img/s, "
+                    f"{summary['wall_seconds']:.1f} s; outputs in {outputs.run_dir}")
+        monitor.finish()
     return summary
+
+
+def make_sinks(config: cfg.Config, backend_name: str, outputs: RunOutputs) -> list[Sink]:
+    """Rank 0's watchers of the run: progress, and as configured Prometheus, TensorBoard and
+    report.png (hvdcls.monitor). Imported here, on rank 0, only when wanted."""
+    from hvdcls.progress import Progress, choose_mode
+
+    out = config.output
+    sinks: list[Sink] = [Progress(choose_mode(out.progress, sys.stdout), config.training.log_every)]
+    if out.metrics_port is not None:
+        from hvdcls.prometheus import PrometheusSink
+
+        exporter = PrometheusSink(out.metrics_port, out.metrics_host,
+                                  {"backend": backend_name, "model": config.model.name},
+                                  out.metrics_linger_seconds)
+        outputs.say(f"metrics: Prometheus endpoint on http://{out.metrics_host}:{exporter.port}/metrics")
+        sinks.append(exporter)
+    if out.tensorboard:
+        from hvdcls.tensorboard import TensorBoardSink
+
+        sinks.append(TensorBoardSink(outputs.run_dir / "tensorboard"))
+    if out.report:
+        from hvdcls.report import ReportSink
+
+        sinks.append(ReportSink(outputs.run_dir))
+    return sinks
 
 
 def check_controller(config: cfg.Config, ctx: Context) -> None:

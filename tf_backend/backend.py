@@ -14,6 +14,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import zipfile  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from importlib import metadata  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -238,6 +239,20 @@ class TensorFlowBackend(Backend):
 
     def weights(self) -> dict[str, np.ndarray]:
         return {v.path: np.asarray(v.numpy(), np.float32) for v in self.model.variables}
+
+    def allreduce_wait_seconds(self) -> float | None:
+        # The all-reduce runs inside the compiled step (DistributedGradientTape in a
+        # tf.function), interleaved with the backward pass: timing it apart would mean a
+        # different step. Horovod's timeline measures it: `hvdcls timeline PATH`.
+        return None
+
+    @contextmanager
+    def profiler(self, directory: Path):
+        tf.profiler.experimental.start(str(directory))  # writes plugins/profile/<run>/*.xplane.pb
+        try:
+            yield
+        finally:
+            tf.profiler.experimental.stop()
 
 
 def create() -> TensorFlowBackend:

@@ -5,7 +5,8 @@ Mirror: tf_backend/backend.py. Lines that exist only for distribution say `# Hor
 from __future__ import annotations
 
 import pickle
-from contextlib import nullcontext
+import time
+from contextlib import contextmanager, nullcontext
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,7 @@ class TorchBackend(Backend):
         self.dtype = amp_dtype(config, self.device)
         self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=config.training.label_smoothing)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
+        self.last_allreduce_wait: float | None = None
         # Horovod: average (or Adasum) the gradients over ranks every N backward passes.
         self.optimizer = hvd.DistributedOptimizer(
             make_optimizer(self.model.parameters(), config),
@@ -120,8 +122,11 @@ class TorchBackend(Backend):
         if self.adasum:  # Horovod: Adasum combines the weight updates inside step() itself
             self._unscale_and_clip()
             self.scaler.step(self.optimizer)
+            self.last_allreduce_wait = None  # inside step(), with the update: not separable
         else:
+            started = time.perf_counter()
             self.optimizer.synchronize()  # Horovod: wait for the all-reduced gradients
+            self.last_allreduce_wait = time.perf_counter() - started
             self._unscale_and_clip()
             with self.optimizer.skip_synchronize():  # Horovod: already synchronised above
                 self.scaler.step(self.optimizer)
@@ -183,6 +188,22 @@ class TorchBackend(Backend):
 
     def weights(self) -> dict[str, np.ndarray]:
         return {name: t.detach().cpu().float().numpy() for name, t in self.model.state_dict().items()}
+
+    def allreduce_wait_seconds(self) -> float | None:
+        # The time around optimizer.synchronize(): backward hooks start each gradient's
+        # all-reduce as soon as it exists, so this is only the part backward did not hide.
+        return self.last_allreduce_wait
+
+    @contextmanager
+    def profiler(self, directory: Path):
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as profile:
+            yield
+        profile.export_chrome_trace(str(directory / "torch_trace.json"))
+        sort_by = "self_cuda_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
+        (directory / "torch_ops.txt").write_text(profile.key_averages().table(sort_by=sort_by, row_limit=40))
 
 
 def create() -> TorchBackend:

@@ -156,6 +156,19 @@ def test_same_seed_same_run(backend, run, tmp_path):
         read_json(run / "summary.json")["rank_weight_digests"]
 
 
+PROFILE_TRACES = {"torch": "torch_trace.json", "tensorflow": "plugins/profile/*/*.xplane.pb"}
+
+
+def test_profile_steps_write_the_frameworks_trace(backend, tmp_path):
+    result = ok(hvdcls_train(tmp_path, backend, *ONE_EPOCH, "--profile-steps", 2, "--quiet",
+                             "--output-dir", tmp_path / "run"))
+    traces = list((tmp_path / "run" / "profile").glob(PROFILE_TRACES[backend]))
+    assert len(traces) == 1 and traces[0].stat().st_size > 1000, traces
+    assert "profile: steps 2-3 of epoch 1" not in result.stdout  # --quiet drops progress notes
+    assert "epoch 1:" not in result.stdout and "done: val accuracy" in result.stdout
+    assert not (tmp_path / "run" / ".profile.tmp").exists()
+
+
 def test_truncated_checkpoint_is_one_line_exit_2(backend, run, tmp_path):
     import shutil
 

@@ -58,6 +58,15 @@ def test_train_flags_map_onto_config_keys():
                      "training.amp": True, "data.name": "auto", "data.path": "/d/x.lmdb"}
 
 
+def test_watching_flags_map_onto_config_keys():
+    from hvdcls.cli import build_parser, parse, train_flags
+
+    args = parse(build_parser(), ["train", "--metrics-port", "0", "--profile-steps", "5", "--quiet"])
+    flags = {k: v for k, v in train_flags(args).items() if v is not None}
+    assert flags == {"output.metrics_port": 0, "training.profile_steps": 5, "output.progress": "quiet"}
+    assert "output.progress" not in train_flags(parse(build_parser(), ["train"]))
+
+
 def test_data_flag_takes_builtin_names():
     from hvdcls.cli import build_parser, parse, train_flags
 

@@ -149,6 +149,7 @@ def test_bad_key_in_file_names_the_file_and_key(tmp_path):
     ("training.device=tpu", "training.device"),
     ("horovod.compression=bf16", "horovod.compression"),
     ("horovod.op=sum", "horovod.op"),
+    ("output.progress=fancy", "output.progress"),
 ])
 def test_out_of_choice_values(override, key):
     value = override.split("=", 1)[1]
@@ -171,9 +172,20 @@ def test_out_of_choice_values(override, key):
     ("data.val_fraction=1", "config data.val_fraction=1.0: must be in (0, 1)"),
     ("data.mean=[1,2]", "config data.mean=[1.0, 2.0]: needs 3 values (R, G, B)"),
     ("schedule.milestones=[5,3]", "config schedule.milestones=[5, 3]: must be increasing epochs"),
+    ("training.profile_steps=-1", "config training.profile_steps=-1: must be >= 0"),
+    ("output.metrics_port=-1", "config output.metrics_port=-1: a TCP port in [0, 65535] (0: any free port)"),
+    ("output.metrics_port=65536", "config output.metrics_port=65536: a TCP port in [0, 65535] (0: any free port)"),
+    ("output.metrics_linger_seconds=-1", "config output.metrics_linger_seconds=-1.0: must be >= 0"),
 ])
 def test_out_of_range_values(override, expected):
     assert user_error(overrides=[override]) == expected
+
+
+def test_watching_defaults_and_port_0():
+    cfg = config.load(overrides=["output.metrics_port=0"])
+    assert cfg.output.metrics_port == 0 and cfg.output.progress == "auto"
+    assert (cfg.output.tensorboard, cfg.output.report, cfg.training.profile_steps) == (True, True, 0)
+    assert config.load().output.metrics_port is None  # no endpoint unless asked
 
 
 def test_zero_is_allowed_where_non_negative():

@@ -22,14 +22,16 @@ def frameworks_in(modules: set[str]) -> set[str]:
 def test_help_imports_no_framework():
     code = ("from hvdcls.cli import main\n"
             "for argv in (['--help'], ['train', '--help'], ['data', 'pack', '--help'],\n"
-            "             ['doctor', '--help'], ['smoke', '--help'], ['demo', '--help']):\n"
+            "             ['doctor', '--help'], ['smoke', '--help'], ['demo', '--help'],\n"
+            "             ['timeline', '--help'], ['report', '--help']):\n"
             "    assert main(argv) == 0, argv\n")
     assert frameworks_in(modules_loaded_after(code)) == set()
 
 
 def test_every_core_module_imports_no_framework():
     names = [f"hvdcls.{m.name}" for m in pkgutil.iter_modules(hvdcls.__path__) if m.name != "__main__"]
-    assert {"hvdcls.doctor", "hvdcls.smoke", "hvdcls.train", "hvdcls.engine"} <= set(names)
+    assert {"hvdcls.doctor", "hvdcls.smoke", "hvdcls.train", "hvdcls.engine", "hvdcls.report",
+            "hvdcls.prometheus", "hvdcls.tensorboard", "hvdcls.timeline"} <= set(names)
     code = "import importlib\n" + "".join(f"importlib.import_module({n!r})\n" for n in names)
     assert frameworks_in(modules_loaded_after(code)) == set()
 

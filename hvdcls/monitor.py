@@ -1,0 +1,123 @@
+"""What the engine tells the watchers of a run, and the fan-out to them (rank 0 only).
+
+The engine measures each optimizer step once and hands a `StepSample` to one `Monitor`, which
+passes it to its sinks: the progress display (hvdcls.progress), the Prometheus endpoint
+(hvdcls.prometheus), TensorBoard (hvdcls.tensorboard) and report.png (hvdcls.report). Ranks
+other than 0 get a Monitor with no sinks, so they print and serve nothing.
+
+What each measured number means (all measured on rank 0, with the host's clock):
+- seconds:   wall time of the backend's train_step (forward, backward, all-reduce, update).
+             On a GPU this is host time; work still queued on the device is not in it.
+- data_wait: time blocked waiting for the loader's next batch(es) before the step.
+- allreduce: time the step blocked waiting for the all-reduced gradients after its backward
+             pass, as the backend reports it (`Backend.allreduce_wait_seconds`); None where
+             the backend cannot separate it (TensorFlow: see `hvdcls timeline` instead).
+             Horovod overlaps most of the all-reduce with the backward pass; this is the part
+             that was not hidden.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Optional
+
+LOSS_READ_INTERVAL_SECONDS = 1.0  # reading a loss waits for the device: at most this often
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    backend: str
+    model: str
+    dataset: str
+    world_size: int
+    epochs: int
+    steps_per_epoch: int
+    start_epoch: int  # epochs already done (a resumed run)
+
+
+@dataclass(frozen=True)
+class StepSample:
+    epoch: int  # 0-based
+    step: int  # 0-based, within the epoch
+    images: int  # training images in this step, all ranks together
+    seconds: float
+    data_wait: float
+    allreduce: Optional[float]
+    lr: float
+    loss: Optional[float]  # this step's mean loss on rank 0; None when not read this step
+
+
+class Sink:
+    """One watcher. Every method is optional; the Monitor calls them in order."""
+
+    def start(self, info: RunInfo) -> None:
+        pass
+
+    def step(self, sample: StepSample) -> None:
+        pass
+
+    def epoch(self, record: dict, history: list[dict]) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        pass
+
+    def finish(self) -> None:
+        """The run ended normally (not called when it failed)."""
+
+    def close(self) -> None:
+        pass
+
+
+class Monitor:
+    """Fans the engine's events out to its sinks; closes them all however the run ends."""
+
+    def __init__(self, sinks: list[Sink]):
+        self.sinks = list(sinks)
+
+    def start(self, info: RunInfo) -> None:
+        for sink in self.sinks:
+            sink.start(info)
+
+    def step(self, sample: StepSample) -> None:
+        for sink in self.sinks:
+            sink.step(sample)
+
+    def epoch(self, record: dict, history: list[dict]) -> None:
+        for sink in self.sinks:
+            sink.epoch(record, history)
+
+    def note(self, message: str) -> None:
+        for sink in self.sinks:
+            sink.note(message)
+
+    def finish(self) -> None:
+        for sink in self.sinks:
+            sink.finish()
+
+    def close(self) -> None:
+        with contextlib.ExitStack() as stack:  # every sink is closed even if one fails
+            for sink in self.sinks:
+                stack.callback(sink.close)
+
+    def __enter__(self) -> "Monitor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class LossReads:
+    """When to turn the step's loss into a Python float: the first and last step of an epoch,
+    every log_every-th step (a progress line shows it), and otherwise at most every
+    LOSS_READ_INTERVAL_SECONDS, so a GPU is not made to wait for every step just to draw a bar."""
+
+    def __init__(self, log_every: int, interval: float = LOSS_READ_INTERVAL_SECONDS):
+        self.log_every, self.interval, self.last = log_every, interval, None
+
+    def due(self, step: int, steps: int, now: float) -> bool:
+        if (step in (0, steps - 1) or (step + 1) % self.log_every == 0 or self.last is None
+                or now - self.last >= self.interval):
+            self.last = now
+            return True
+        return False

@@ -1,0 +1,81 @@
+"""hvdcls.report: report.png of one run and `hvdcls report` over several, from run directories
+(tests/parallel/test_monitor.py draws them from real runs)."""
+import json
+import struct
+
+import pytest
+
+from hvdcls import report
+from hvdcls.cli import main
+from hvdcls.errors import UserError
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def epoch(n, allreduce_share=0.1):
+    return {"epoch": n, "train_loss": 2.0 / n, "val_loss": 1.8 / n, "train_accuracy": 0.5 + n / 10,
+            "val_accuracy": 0.55 + n / 10, "lr": 0.1, "images_per_sec": 900.0 + n, "world_size": 2,
+            "data_wait_share": 0.05, "allreduce_share": allreduce_share, "epoch_seconds": 2.0,
+            "train_seconds": 1.8, "steps": 10}
+
+
+def make_run(directory, backend, share=0.1, epochs=3, summary=True):
+    directory.mkdir(parents=True)
+    lines = "".join(json.dumps(epoch(n, share)) + "\n" for n in range(1, epochs + 1))
+    (directory / "metrics.jsonl").write_text(lines)
+    if summary:
+        (directory / "summary.json").write_text(json.dumps(
+            {"backend": backend, "world_size": 2, "model": "compact_cnn", "images_per_sec": 905.5,
+             "wall_seconds": 12.25, "config": {"horovod": {"timeline": None}}}))
+    return directory
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_run_report_is_a_png_of_the_figure_size(tmp_path):
+    run = make_run(tmp_path / "a", "torch")
+    path = report.write_run_report(run, report.load_run(run).history)
+    data = path.read_bytes()
+    assert path == run / "report.png"
+    assert png_size(data) == (1100, 750) and len(data) > 30_000
+    assert not [p for p in run.iterdir() if p.name.startswith(".")]  # written atomically
+
+
+def test_an_unmeasured_allreduce_is_said_on_the_picture(tmp_path):
+    measured = report.render_run(report.load_run(make_run(tmp_path / "t", "torch")))
+    unmeasured = report.render_run(report.load_run(make_run(tmp_path / "f", "tensorflow", share=None)))
+    assert png_size(unmeasured) == png_size(measured) and unmeasured != measured
+
+
+def test_comparison_png_and_markdown(tmp_path, capsys):
+    runs = [make_run(tmp_path / "t", "torch"), make_run(tmp_path / "f", "tensorflow", share=None)]
+    output = tmp_path / "out" / "compare.png"
+    assert main(["report", *map(str, runs), "-o", str(output)]) == 0
+    assert png_size(output.read_bytes()) == (1100, 750)
+    table = output.with_suffix(".md").read_text()
+    assert table in capsys.readouterr().out
+    header, rule, torch_row, tf_row = table.splitlines()
+    assert header.count("|") == rule.count("|") == torch_row.count("|") == 13
+    assert torch_row.startswith("| torch np=2 | torch | 2 | compact_cnn | 3 | 0.8500 | 0.8500 | 905.5 | 5.0 | 10.0 |")
+    assert tf_row.split(" | ")[9] == "n/a"
+
+
+def test_a_running_run_without_summary_and_same_labels(tmp_path):
+    runs = [report.load_run(make_run(tmp_path / "x", "torch")),
+            report.load_run(make_run(tmp_path / "y", "torch")),
+            report.load_run(make_run(tmp_path / "live", "torch", summary=False))]
+    assert report.unique_labels(runs[:2]) == ["torch np=2 (x)", "torch np=2 (y)"]
+    assert runs[2].label == "live np=2" and report.images_per_sec(runs[2]) == pytest.approx(902.0)
+    assert png_size(report.render_comparison(runs)) == (1100, 750)
+
+
+def test_user_errors(tmp_path, capsys):
+    with pytest.raises(UserError, match="not a run directory"):
+        report.load_run(tmp_path)
+    run = make_run(tmp_path / "a", "torch")
+    assert main(["report", str(run), "-o", str(tmp_path / "table.md")]) == 2
+    assert capsys.readouterr().err.startswith("hvdcls: error: --output")
+    assert main(["report", str(tmp_path / "missing")]) == 2
