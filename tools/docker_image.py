@@ -29,7 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTEXT = ROOT / "build" / "docker"
-INPUTS_LABEL = "org.hvdcls.inputs"
+INPUTS_LABEL = "org.hvdcls.inputs"  # the whole build context
+DEPS_LABEL = "org.hvdcls.deps"  # the wheelhouse alone
 DEFAULT_BASE = {False: "hvdcls/base:bookworm", True: "nvidia/cuda:13.0.1-cudnn-devel-ubuntu22.04"}
 DEFAULT_TAG = {False: "hvdcls:latest", True: "hvdcls:gpu"}
 
@@ -81,15 +82,17 @@ def stamp_of(files: list[Path], extra: list[str]) -> str:
     return digest.hexdigest()[:16]
 
 
-def fill_wheelhouse(gpu: bool) -> Path:
-    """Download every dependency once (pip's cache keeps them across clean clones)."""
+def fill_wheelhouse(gpu: bool) -> tuple[Path, str]:
+    """Download every dependency once (pip's cache keeps them across clean clones).
+
+    Returns the Horovod artifact and the stamp naming what the wheelhouse holds."""
     wheelhouse, horovod = CONTEXT / "wheelhouse", horovod_artifact(gpu)
     files = requirement_files(gpu)
     stamp = stamp_of(files, [horovod.name, str(gpu), sys.version.split()[0]])
     stamp_file = wheelhouse / ".stamp"
     if stamp_file.exists() and stamp_file.read_text() == stamp:
         say(f"wheelhouse up to date ({sum(1 for _ in wheelhouse.glob('*.whl'))} wheels)")
-        return horovod
+        return horovod, stamp
     shutil.rmtree(wheelhouse, ignore_errors=True)
     wheelhouse.mkdir(parents=True)
     started = time.monotonic()
@@ -110,7 +113,7 @@ def fill_wheelhouse(gpu: bool) -> Path:
     stamp_file.write_text(stamp)
     size = sum(p.stat().st_size for p in wheelhouse.iterdir()) / 1e9
     say(f"wheelhouse ready: {size:.1f} GB in {time.monotonic() - started:.0f} s")
-    return horovod
+    return horovod, stamp
 
 
 def copy_tree(source: Path, target: Path) -> None:
@@ -118,8 +121,9 @@ def copy_tree(source: Path, target: Path) -> None:
     shutil.copytree(source, target)
 
 
-def prepare_context(gpu: bool) -> None:
-    horovod = fill_wheelhouse(gpu)
+def prepare_context(gpu: bool) -> str:
+    """Lay out build/docker; returns the wheelhouse's stamp (what the dependencies are)."""
+    horovod, deps = fill_wheelhouse(gpu)
     app = CONTEXT / "app"
     shutil.rmtree(app, ignore_errors=True)
     run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
@@ -133,6 +137,7 @@ def prepare_context(gpu: bool) -> None:
         shutil.copy2(horovod, recipe / "sdist" / horovod.name)
         for name in ("horovod_wheel.py", "cxx_std_launcher.sh"):
             shutil.copy2(ROOT / "tools" / name, recipe / name)
+    return deps
 
 
 def context_hash() -> str:
@@ -165,22 +170,27 @@ def image_id(tag: str) -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
-def image_label(tag: str) -> str | None:
+def image_label(tag: str, label: str) -> str | None:
     result = subprocess.run(["docker", "image", "inspect", "--format",
-                             f'{{{{index .Config.Labels "{INPUTS_LABEL}"}}}}', tag],
+                             f'{{{{index .Config.Labels "{label}"}}}}', tag],
                             capture_output=True, text=True)
     return result.stdout.strip() if result.returncode == 0 else None
 
 
 def build_image(gpu: bool, base_image: str, tag: str, rebuild: bool) -> None:
-    prepare_context(gpu)
+    deps = prepare_context(gpu)
     inputs = f"{context_hash()}-{hashlib.sha256(base_image.encode()).hexdigest()[:8]}"
-    if not rebuild and image_label(tag) == inputs:
+    if not rebuild and image_label(tag, INPUTS_LABEL) == inputs:
         say(f"{tag} is up to date ({inputs})")
         return
     if subprocess.run(["docker", "image", "inspect", base_image], capture_output=True).returncode:
         hint = " (`make base-image` makes it)" if base_image == DEFAULT_BASE[False] else ""
         raise ImageError(f"base image {base_image} not found{hint}")
+    if image_label(tag, DEPS_LABEL) not in (None, "", deps):
+        # New dependencies: the build stage that installed the old wheelhouse is an untagged
+        # leaf image (~11 GB) no build can reuse now. Same dependencies: keep it, it is the
+        # cache that makes a code change a seconds-long rebuild.
+        subprocess.run(["docker", "image", "prune", "--force"], capture_output=True)
     previous = image_id(tag)
     dockerfile = CONTEXT / "docker" / ("Dockerfile.gpu" if gpu else "Dockerfile")
     say(f"building {tag} from {base_image} (several minutes the first time)")
@@ -188,7 +198,8 @@ def build_image(gpu: bool, base_image: str, tag: str, rebuild: bool) -> None:
     # The classic builder: Debian's docker.io has no buildx, and we need no BuildKit feature.
     env = {**os.environ, "DOCKER_BUILDKIT": "0"}
     cmd = ["docker", "build", "--file", str(dockerfile), "--tag", tag,
-           "--build-arg", f"BASE_IMAGE={base_image}", "--label", f"{INPUTS_LABEL}={inputs}", str(CONTEXT)]
+           "--build-arg", f"BASE_IMAGE={base_image}", "--label", f"{INPUTS_LABEL}={inputs}",
+           "--label", f"{DEPS_LABEL}={deps}", str(CONTEXT)]
     log = ROOT / "build" / f"docker-build{'-gpu' if gpu else ''}.log"
     with log.open("w") as handle:
         result = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
