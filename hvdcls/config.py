@@ -199,7 +199,7 @@ def load(config_file: Optional[Path] = None, overrides: list[str] = (),
     if config_file is not None:
         layers.append((f"file {config_file}", _read_yaml(Path(config_file))))
     if overrides:
-        layers.append(("override", _guard(lambda: OmegaConf.from_dotlist(_parse_overrides(list(overrides))),
+        layers.append(("override", _guard(lambda: _from_dotlist(_parse_overrides(list(overrides))),
                                           "override")))
     if flags:
         layers.append(("flag", _guard(lambda: OmegaConf.create(_nest(flags)), "flag")))
@@ -212,6 +212,20 @@ def load(config_file: Optional[Path] = None, overrides: list[str] = (),
         raise _one_line(err, "value") from None
     validate(config)
     return config
+
+
+def _from_dotlist(overrides: list[str]):
+    """OmegaConf.from_dotlist, with a value YAML cannot parse (`key='`) named by its key."""
+    import yaml  # OmegaConf's own YAML parser: already imported with it
+
+    for item in overrides:
+        try:
+            OmegaConf.from_dotlist([item])
+        except yaml.YAMLError as err:
+            key, _, value = item.partition("=")
+            raise UserError(f"config override {key.strip()}: value {value!r} is not valid YAML "
+                            f"({str(err).splitlines()[0]})") from None
+    return OmegaConf.from_dotlist(overrides)
 
 
 def _guard(make, source: str):

@@ -312,3 +312,9 @@ def test_to_yaml_round_trip_of_yaml_looking_strings(tmp_path):
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=[p.name for p in CONFIG_FILES])
 def test_shipped_config_loads(path):
     assert isinstance(config.load(path), config.Config)
+
+
+def test_an_override_yaml_cannot_parse_names_its_key():
+    """Found by tests/unit/test_properties.py: yaml's ScannerError used to escape."""
+    assert user_error(overrides=["data.bad_files='"]).startswith(
+        "config override data.bad_files: value \"'\" is not valid YAML (")
