@@ -225,4 +225,5 @@ def test_kill_while_writing_a_checkpoint_then_resume(backend, run, tmp_path):
     for key in ("train_loss", "val_loss", "lr"):
         assert again[1][key] == pytest.approx(original[1][key], rel=1e-4, abs=1e-6), key
     assert abs(again[1]["val_accuracy"] - original[1]["val_accuracy"]) <= 1 / 359
+    assert same_weights  # model, optimizer and seeds restored exactly: the same final weights
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch-0001", "epoch-0002"]
