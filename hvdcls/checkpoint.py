@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from hvdcls import faults
 from hvdcls.errors import UserError
 from hvdcls.fileio import write_json_atomic
 
 STATE_FILE = "state.json"
 PREFIX = "epoch-"
+TMP_PREFIX = "."  # hidden: never listed as a checkpoint
 
 
 def checkpoint_name(epoch: int) -> str:
@@ -36,11 +38,12 @@ def save(checkpoints_dir: Path, epoch: int, state: dict, write_backend: Callable
     """Write checkpoint `epoch` atomically, then drop all but the newest `keep`."""
     checkpoints_dir.mkdir(parents=True, exist_ok=True)
     final = checkpoints_dir / checkpoint_name(epoch)
-    tmp = checkpoints_dir / f".{final.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = checkpoints_dir / f"{TMP_PREFIX}{final.name}.tmp-{os.getpid()}"
+    remove_leftovers(checkpoints_dir)
     tmp.mkdir()
     try:
         write_backend(tmp)
+        faults.checkpoint_point(epoch, tmp)  # inert outside tests: a kill mid-write
         write_json_atomic(tmp / STATE_FILE, state)
         _fsync_dir(tmp)
         if final.exists():  # re-running an epoch after a resume: replace the old one
@@ -53,6 +56,13 @@ def save(checkpoints_dir: Path, epoch: int, state: dict, write_backend: Callable
     for old in list_checkpoints(checkpoints_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def remove_leftovers(checkpoints_dir: Path) -> None:
+    """Temporary directories of writers that were killed mid-write: rank 0 is the only writer
+    of a run directory, so any still there when it starts a write belongs to a dead process."""
+    for leftover in checkpoints_dir.glob(f"{TMP_PREFIX}{PREFIX}*.tmp-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from hvdcls import __version__, registry
-from hvdcls.errors import EXIT_USER_ERROR, UserError
+from hvdcls.errors import EXIT_FAILURE, EXIT_USER_ERROR, JobStopped, UserError
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -172,5 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"hvdcls: error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except JobStopped as err:
+        print(f"hvdcls: error: {err}", file=sys.stderr)
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130

@@ -51,6 +51,10 @@ class DataConfig:
     workers: int = 2
     mean: List[float] = field(default_factory=lambda: list(IMAGENET_MEAN))
     std: List[float] = field(default_factory=lambda: list(IMAGENET_STD))
+    # An image file that cannot be decoded: fail (exit 2 naming it) or skip (warn once, count it
+    # in summary.json). fail by default: a broken file usually means a broken copy of the data
+    # set, and a run that silently trains on less is not the run that was asked for.
+    bad_files: str = "fail"
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
@@ -105,6 +109,11 @@ class HorovodConfig:
     autotune_log: Optional[str] = None
     timeline: Optional[str] = None
     sync_bn: bool = False
+    # Horovod's stall inspector: a collective that some ranks submitted and others did not for
+    # this long is reported, naming the missing ranks (0: no check) ...
+    stall_check_seconds: int = 60
+    # ... and after this long every rank stops, non-zero, instead of hanging (0: never).
+    stall_shutdown_seconds: int = 600
 
 
 @dataclass
@@ -134,6 +143,7 @@ class Config:
 SECTIONS = ("model", "data", "optimizer", "schedule", "training", "horovod", "output")
 CHOICES = {
     "data.name": ("auto", "digits", "synthetic", "imagefolder", "lmdb"),
+    "data.bad_files": ("fail", "skip"),
     "optimizer.name": ("sgd", "adam", "adamw"),
     "optimizer.scale_lr": ("linear", "none"),
     "schedule.name": ("cosine", "step", "multistep", "constant"),
@@ -149,7 +159,8 @@ POSITIVE = ("data.image_size", "data.synthetic.num_samples", "data.synthetic.num
 NON_NEGATIVE = ("data.workers", "optimizer.lr", "optimizer.momentum", "optimizer.weight_decay",
                 "schedule.warmup_epochs", "schedule.min_lr_factor", "output.checkpoint_every",
                 "training.label_smoothing", "training.seed", "training.profile_steps",
-                "output.metrics_linger_seconds")
+                "output.metrics_linger_seconds", "horovod.stall_check_seconds",
+                "horovod.stall_shutdown_seconds")
 OPTIONAL_POSITIVE = ("model.num_classes", "training.grad_clip_norm", "training.threads",
                      "horovod.fusion_threshold_mb", "horovod.cycle_time_ms")
 
@@ -188,7 +199,7 @@ def load(config_file: Optional[Path] = None, overrides: list[str] = (),
     if config_file is not None:
         layers.append((f"file {config_file}", _read_yaml(Path(config_file))))
     if overrides:
-        layers.append(("override", _guard(lambda: OmegaConf.from_dotlist(_parse_overrides(list(overrides))),
+        layers.append(("override", _guard(lambda: _from_dotlist(_parse_overrides(list(overrides))),
                                           "override")))
     if flags:
         layers.append(("flag", _guard(lambda: OmegaConf.create(_nest(flags)), "flag")))
@@ -201,6 +212,20 @@ def load(config_file: Optional[Path] = None, overrides: list[str] = (),
         raise _one_line(err, "value") from None
     validate(config)
     return config
+
+
+def _from_dotlist(overrides: list[str]):
+    """OmegaConf.from_dotlist, with a value YAML cannot parse (`key='`) named by its key."""
+    import yaml  # OmegaConf's own YAML parser: already imported with it
+
+    for item in overrides:
+        try:
+            OmegaConf.from_dotlist([item])
+        except yaml.YAMLError as err:
+            key, _, value = item.partition("=")
+            raise UserError(f"config override {key.strip()}: value {value!r} is not valid YAML "
+                            f"({str(err).splitlines()[0]})") from None
+    return OmegaConf.from_dotlist(overrides)
 
 
 def _guard(make, source: str):
@@ -282,6 +307,7 @@ def validate(config: Config) -> None:
         if value is not None:
             _check(key, value, lambda v: v > 0, "must be > 0 (or null)")
     _validate_data(config.data)
+    _validate_stall(config.horovod)
     _validate_schedule(config.schedule, config.training.epochs)
     if not 0 <= config.optimizer.momentum < 1:
         raise UserError(f"config optimizer.momentum={config.optimizer.momentum}: must be in [0, 1)")
@@ -324,6 +350,16 @@ def _validate_data(data: DataConfig) -> None:
         raise UserError(f"config data.augment.ratio={list(ratio)}: needs [low, high], 0 < low <= high")
     if not 0 <= data.augment.hflip <= 1:
         raise UserError(f"config data.augment.hflip={data.augment.hflip}: a probability in [0, 1]")
+
+
+def _validate_stall(horovod: HorovodConfig) -> None:
+    check, shutdown = horovod.stall_check_seconds, horovod.stall_shutdown_seconds
+    if shutdown and not check:
+        raise UserError(f"config horovod.stall_shutdown_seconds={shutdown} needs the stall check: "
+                        "horovod.stall_check_seconds > 0")
+    if shutdown and shutdown < check:
+        raise UserError(f"config horovod.stall_shutdown_seconds={shutdown}: must be >= "
+                        f"horovod.stall_check_seconds={check} (or 0: never)")
 
 
 def _validate_schedule(schedule: ScheduleConfig, epochs: int) -> None:

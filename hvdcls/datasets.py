@@ -9,11 +9,12 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Optional, Protocol
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from hvdcls.bad_files import BadFileLog, CheckedSource, UnreadableImage
 from hvdcls.config import Config
 from hvdcls.errors import UserError
 
@@ -75,8 +76,10 @@ def open_image_bytes(data: bytes, name: str) -> Image.Image:
     try:
         with Image.open(io.BytesIO(data)) as image:
             return image.convert("RGB")
-    except (UnidentifiedImageError, OSError, ValueError) as err:
-        raise UserError(f"cannot read image {name}: {err}") from None
+    except UnidentifiedImageError:  # its message shows a BytesIO address, not the problem
+        raise UnreadableImage(name, "not an image format Pillow can identify") from None
+    except Exception as err:  # noqa: BLE001 - decoders of untrusted bytes raise all kinds
+        raise UnreadableImage(name, str(err) or type(err).__name__) from None
 
 
 @dataclass
@@ -91,7 +94,7 @@ class FileSource(LabelledSource):
         try:
             data = path.read_bytes()
         except OSError as err:
-            raise UserError(f"cannot read image {path}: {err.strerror}") from None
+            raise UnreadableImage(str(path), err.strerror or type(err).__name__) from None
         return open_image_bytes(data, str(path))
 
 
@@ -119,6 +122,7 @@ class Data:
     val: ImageSource
     classes: list[str]
     description: dict = field(default_factory=dict)
+    bad_files: Optional[BadFileLog] = None  # set by open_data: the data.bad_files policy
 
     @property
     def num_classes(self) -> int:
@@ -212,7 +216,15 @@ def detect_format(path: Path) -> str:
 
 
 def open_data(config: Config) -> Data:
-    """The configured data set, its format detected from data.path when data.name=auto."""
+    """The configured data set, its format detected from data.path when data.name=auto, read
+    under the data.bad_files policy (hvdcls.bad_files)."""
+    data = _open_format(config)
+    data.bad_files = BadFileLog(config.data.bad_files)
+    data.train, data.val = CheckedSource(data.train, data.bad_files), CheckedSource(data.val, data.bad_files)
+    return data
+
+
+def _open_format(config: Config) -> Data:
     name, path = config.data.name, config.data.path
     if name == "auto":
         name = detect_format(Path(path)) if path else "digits"

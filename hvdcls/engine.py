@@ -12,7 +12,7 @@ from typing import Iterable, Iterator, NamedTuple, Optional
 
 import numpy as np
 
-from hvdcls import checkpoint, schedule
+from hvdcls import checkpoint, faults, schedule
 from hvdcls.backend import Backend, Context, Sums
 from hvdcls.batches import EpochBatches
 from hvdcls.config import Config
@@ -121,6 +121,7 @@ class Trainer:
         # Every rank trains the same number of full steps, so images per step are known exactly.
         self.images_per_step = config.training.batch_size * self.passes * ctx.size
         self.profiler: Optional[StepProfiler] = None
+        self.first_epoch = 0
 
     def train_epoch(self, epoch: int) -> tuple[Reduced, float, float, EpochTimes]:
         """One pass over this rank's shard; returns (reduced metrics, seconds, last lr, times)."""
@@ -133,6 +134,7 @@ class Trainer:
         started = time.perf_counter()
         loader = LoaderWait(self.backend.loader(batches, self.config.data.workers))
         for step, micro in enumerate(grouped(loader, self.passes)):
+            faults.stall_point(self.ctx.rank, step, epoch == self.first_epoch)  # inert outside tests
             lr = self.lr_at(epoch * steps + step)
             sample = self.timed_step(epoch, step, micro, lr, loader.take(), loss_reads)
             total = add(total, sample.sums)
@@ -175,6 +177,7 @@ class Trainer:
         self.monitor.start(RunInfo(self.ctx.backend, self.config.model.name, self.data.name,
                                    self.ctx.size, epochs, self.shards.steps_per_epoch, start_epoch))
         self.profiler = self.make_profiler(start_epoch)
+        self.first_epoch = start_epoch
         for epoch in range(start_epoch, epochs):
             started = time.perf_counter()
             train, train_seconds, lr, times = self.train_epoch(epoch)

@@ -10,3 +10,7 @@ class UserError(Exception):
 
     The CLI prints it as a single `hvdcls: error: ...` line and exits with status 2.
     """
+
+
+class JobStopped(Exception):
+    """Horovod stopped the job (a stalled rank, a failed peer): one line, exit status 1."""

@@ -17,7 +17,10 @@ VARIABLES = {
     "autotune": "HOROVOD_AUTOTUNE",
     "autotune_log": "HOROVOD_AUTOTUNE_LOG",
     "timeline": "HOROVOD_TIMELINE",
+    "stall_check_seconds": "HOROVOD_STALL_CHECK_TIME_SECONDS",
+    "stall_shutdown_seconds": "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
 }
+STALL_CHECK_DISABLE = "HOROVOD_STALL_CHECK_DISABLE"
 
 
 def variables(config: HorovodConfig) -> dict[str, str]:
@@ -35,7 +38,17 @@ def variables(config: HorovodConfig) -> dict[str, str]:
             out["HOROVOD_AUTOTUNE_LOG"] = config.autotune_log
     if config.timeline:
         out["HOROVOD_TIMELINE"] = config.timeline
+    out.update(stall_variables(config))
     return out
+
+
+def stall_variables(config: HorovodConfig) -> dict[str, str]:
+    """Always set (they have defaults): Horovod's own default never shuts a stalled job down."""
+    if not config.stall_check_seconds:
+        return {STALL_CHECK_DISABLE: "1", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "0"}
+    return {STALL_CHECK_DISABLE: "0",
+            "HOROVOD_STALL_CHECK_TIME_SECONDS": str(config.stall_check_seconds),
+            "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": str(config.stall_shutdown_seconds)}
 
 
 def apply(config: HorovodConfig, environ: MutableMapping[str, str] = os.environ) -> dict[str, str]:

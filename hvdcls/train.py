@@ -15,13 +15,14 @@ import platform
 import socket
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Optional
 
-from hvdcls import __version__, checkpoint, config as cfg, datasets, horovod_env, registry
+from hvdcls import __version__, bad_files, checkpoint, config as cfg, datasets, horovod_env, registry
 from hvdcls.backend import Backend, Context, weights_digest
 from hvdcls.engine import Trainer
-from hvdcls.errors import UserError
+from hvdcls.errors import JobStopped, UserError
 from hvdcls.monitor import Monitor, Sink
 from hvdcls.outputs import EVAL_FILE, RunOutputs, default_run_dir
 
@@ -80,9 +81,12 @@ def train(config: cfg.Config, backend_name: str) -> dict:
                                "monitor", share_result=False)  # a busy metrics port stops every rank
     with Monitor(sinks or []) as monitor:
         outputs.write_config(cfg.to_yaml(config))
-        history = Trainer(config, backend, ctx, data, outputs, monitor).run(start_epoch, history)
+        with bad_file_failures(data), horovod_shutdown(config, ctx):
+            history = Trainer(config, backend, ctx, data, outputs, monitor).run(start_epoch, history)
         summary = make_summary(config, ctx, data, model_info, horovod_settings, history, started,
                                resumed)
+        summary["bad_files"] = bad_files.summarise(
+            config.data.bad_files, backend.allgather_object(data.bad_files.skipped(), "bad_files"))
         summary["rank_weight_digests"] = rank_weight_digests(backend)
         summary["rank_hosts"] = backend.allgather_object(socket.gethostname(), "rank_hosts")
         outputs.write_summary(summary)
@@ -91,6 +95,40 @@ def train(config: cfg.Config, backend_name: str) -> dict:
                     f"{summary['wall_seconds']:.1f} s; outputs in {outputs.run_dir}")
         monitor.finish()
     return summary
+
+
+@contextmanager
+def bad_file_failures(data: datasets.Data):
+    """data.bad_files=fail, met in a loader worker, reaches us wrapped by the loader (torch
+    re-raises it with the worker's traceback, tf.data as its own error): give the one line."""
+    try:
+        yield
+    except Exception as err:
+        fatal = data.bad_files.fatal() if data.bad_files else None
+        if fatal is None:
+            raise
+        raise UserError(fatal) from err
+
+
+# What Horovod's collectives raise, in every binding, once its background thread has shut down.
+HOROVOD_SHUT_DOWN = "Horovod has been shut down"
+
+
+@contextmanager
+def horovod_shutdown(config: cfg.Config, ctx: Context):
+    """A collective cut short by Horovod's shutdown, as one line naming this rank. The usual
+    cause is the stall inspector: Horovod's report just before ("Missing ranks: N!") names
+    the rank that stopped submitting tensors."""
+    try:
+        yield
+    except Exception as err:
+        if HOROVOD_SHUT_DOWN not in str(err):
+            raise
+        raise JobStopped(
+            f"rank {ctx.rank}: Horovod shut the job down while this rank waited in a collective: "
+            "a rank stopped submitting tensors for longer than horovod.stall_shutdown_seconds="
+            f"{config.horovod.stall_shutdown_seconds} (Horovod's report above names it: "
+            "'Missing ranks: N!'), or a rank failed") from None
 
 
 def make_sinks(config: cfg.Config, backend_name: str, outputs: RunOutputs) -> list[Sink]:

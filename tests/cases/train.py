@@ -5,13 +5,15 @@ run them, each defining the module-scoped `backend` fixture.
 """
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from hvdcls import registry
+from hvdcls import checkpoint, faults, registry
 from tests.run_files import read_json, read_metrics
 
 VERSIONS = {"torch": ("torch", "torchvision", "horovod", "hvdcls", "python"),
@@ -179,3 +181,49 @@ def test_truncated_checkpoint_is_one_line_exit_2(backend, run, tmp_path):
     line = one_line_user_error(hvdcls_train(tmp_path, backend, "--epochs", 3, "--resume", broken,
                                             "--output-dir", tmp_path / "out"))
     assert f"cannot load {weights}" in line
+
+
+def held_checkpoint(run_dir: Path, epoch: int) -> list[Path]:
+    pattern = f".{checkpoint.checkpoint_name(epoch)}.tmp-*/{faults.HELD_MARKER}"
+    return list((run_dir / "checkpoints").glob(pattern))
+
+
+def test_kill_while_writing_a_checkpoint_then_resume(backend, run, tmp_path):
+    """SIGKILL inside the write of checkpoint 2 (the test hook holds the writer there, its
+    files half in place): checkpoint 1 stays the latest, whole and loadable, and --resume
+    finishes the run as the uninterrupted one did."""
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+           faults.HOLD_CHECKPOINT: "2"}
+    writer = subprocess.Popen([sys.executable, "-m", "hvdcls", "train", "--backend", backend,
+                               "--config", str(DIGITS), "--epochs", "2", "output.checkpoint_every=1",
+                               "--output-dir", str(out)],
+                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        while not held_checkpoint(out, 2) and writer.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert held_checkpoint(out, 2), writer.stderr.read().decode()[-3000:] if writer.poll() else "timeout"
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(60)
+        writer.stderr.close()
+    assert checkpoint.list_checkpoints(out / "checkpoints") == [out / "checkpoints" / "epoch-0001"]
+    epoch_1 = read_metrics(out)[0]
+    ok(hvdcls_train(tmp_path, backend, "--epochs", 2, "--eval-only", "--resume", out))
+    evaluated = read_json(out / "eval.json")
+    assert evaluated["epoch"] == 1 and evaluated["val_accuracy"] == epoch_1["val_accuracy"]
+    resumed = ok(hvdcls_train(tmp_path, backend, "--epochs", 2, "--resume", out))
+    again, original = read_metrics(out), read_metrics(run)
+    same_weights = read_json(out / "summary.json")["rank_weight_digests"] == \
+        read_json(run / "summary.json")["rank_weight_digests"]
+    print(f"{backend}: killed while writing checkpoint 2; lost {again[1]['steps']} steps; resume "
+          f"{read_json(out / 'summary.json')['wall_seconds']:.1f} s; val accuracy "
+          f"{again[1]['val_accuracy']:.4f} vs {original[1]['val_accuracy']:.4f} uninterrupted; "
+          f"identical weights: {same_weights}", resumed.returncode)
+    assert [m["epoch"] for m in again] == [1, 2]
+    for key in ("train_loss", "val_loss", "lr"):
+        assert again[1][key] == pytest.approx(original[1][key], rel=1e-4, abs=1e-6), key
+    assert abs(again[1]["val_accuracy"] - original[1]["val_accuracy"]) <= 1 / 359
+    assert same_weights  # model, optimizer and seeds restored exactly: the same final weights
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch-0001", "epoch-0002"]

@@ -188,3 +188,15 @@ def test_run_dir_of(tmp_path):
     assert checkpoint.run_dir_of(tmp_path / "run" / "checkpoints" / "epoch-0002") == tmp_path / "run"
     assert checkpoint.run_dir_of(tmp_path / "elsewhere" / "epoch-0002") is None
     assert checkpoint.run_dir_of(None) is None
+
+
+def test_a_killed_writers_temporary_directory_is_hidden_then_removed(tmp_path):
+    run = tmp_path / "run"
+    save(run, 1)
+    leftover = run / "checkpoints" / ".epoch-0002.tmp-99999"  # a writer SIGKILLed mid-write
+    leftover.mkdir()
+    (leftover / "model.bin").write_bytes(b"half")
+    assert checkpoint.list_checkpoints(run / "checkpoints") == [run / "checkpoints" / "epoch-0001"]
+    assert checkpoint.resolve(run) == run / "checkpoints" / "epoch-0001"
+    save(run, 2)
+    assert listing(run / "checkpoints") == ["epoch-0001", "epoch-0002"]

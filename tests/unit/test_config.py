@@ -150,6 +150,7 @@ def test_bad_key_in_file_names_the_file_and_key(tmp_path):
     ("horovod.compression=bf16", "horovod.compression"),
     ("horovod.op=sum", "horovod.op"),
     ("output.progress=fancy", "output.progress"),
+    ("data.bad_files=ignore", "data.bad_files"),
 ])
 def test_out_of_choice_values(override, key):
     value = override.split("=", 1)[1]
@@ -176,9 +177,26 @@ def test_out_of_choice_values(override, key):
     ("output.metrics_port=-1", "config output.metrics_port=-1: a TCP port in [0, 65535] (0: any free port)"),
     ("output.metrics_port=65536", "config output.metrics_port=65536: a TCP port in [0, 65535] (0: any free port)"),
     ("output.metrics_linger_seconds=-1", "config output.metrics_linger_seconds=-1.0: must be >= 0"),
+    ("horovod.stall_check_seconds=-1", "config horovod.stall_check_seconds=-1: must be >= 0"),
+    ("horovod.stall_shutdown_seconds=30",
+     "config horovod.stall_shutdown_seconds=30: must be >= horovod.stall_check_seconds=60 (or 0: never)"),
+    ("horovod.stall_check_seconds=0",
+     "config horovod.stall_shutdown_seconds=600 needs the stall check: horovod.stall_check_seconds > 0"),
+    ("horovod.stall_check_seconds=1.5", None),
 ])
 def test_out_of_range_values(override, expected):
+    if expected is None:  # OmegaConf's own type error: the key is named, the wording is its own
+        assert user_error(overrides=[override]).startswith(f"config override: {override.split('=')[0]}: ")
+        return
     assert user_error(overrides=[override]) == expected
+
+
+def test_stall_and_bad_file_defaults():
+    cfg = config.load()
+    assert cfg.data.bad_files == "fail"
+    assert (cfg.horovod.stall_check_seconds, cfg.horovod.stall_shutdown_seconds) == (60, 600)
+    off = config.load(overrides=["horovod.stall_check_seconds=0", "horovod.stall_shutdown_seconds=0"])
+    assert off.horovod.stall_check_seconds == 0
 
 
 def test_watching_defaults_and_port_0():
@@ -294,3 +312,9 @@ def test_to_yaml_round_trip_of_yaml_looking_strings(tmp_path):
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=[p.name for p in CONFIG_FILES])
 def test_shipped_config_loads(path):
     assert isinstance(config.load(path), config.Config)
+
+
+def test_an_override_yaml_cannot_parse_names_its_key():
+    """Found by tests/unit/test_properties.py: yaml's ScannerError used to escape."""
+    assert user_error(overrides=["data.bad_files='"]).startswith(
+        "config override data.bad_files: value \"'\" is not valid YAML (")

@@ -7,30 +7,44 @@ from hvdcls import horovod_env
 from hvdcls.config import HorovodConfig
 
 ALL = ("HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_HIERARCHICAL_ALLREDUCE",
-       "HOROVOD_AUTOTUNE", "HOROVOD_AUTOTUNE_LOG", "HOROVOD_TIMELINE")
+       "HOROVOD_AUTOTUNE", "HOROVOD_AUTOTUNE_LOG", "HOROVOD_TIMELINE",
+       "HOROVOD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS")
+# The stall settings have defaults, so they are always set (Horovod's own never shuts down).
+STALL = {"HOROVOD_STALL_CHECK_DISABLE": "0", "HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
+         "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "600"}
 
 
 def test_variable_names():
     assert tuple(horovod_env.VARIABLES.values()) == ALL
 
 
-def test_defaults_set_nothing():
-    assert horovod_env.variables(HorovodConfig()) == {}
+def test_defaults_set_only_the_stall_settings():
+    assert horovod_env.variables(HorovodConfig()) == STALL
     environ = {"PATH": "/bin"}
-    assert horovod_env.apply(HorovodConfig(), environ) == {name: "default" for name in ALL}
-    assert environ == {"PATH": "/bin"}
+    assert horovod_env.apply(HorovodConfig(), environ) == {
+        **{name: "default" for name in ALL}, "HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
+        "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "600"}
+    assert environ == {"PATH": "/bin", **STALL}
+
+
+def test_stall_settings():
+    assert horovod_env.variables(HorovodConfig(stall_check_seconds=2, stall_shutdown_seconds=5)) == {
+        "HOROVOD_STALL_CHECK_DISABLE": "0", "HOROVOD_STALL_CHECK_TIME_SECONDS": "2",
+        "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "5"}
+    assert horovod_env.variables(HorovodConfig(stall_check_seconds=0, stall_shutdown_seconds=0)) == {
+        "HOROVOD_STALL_CHECK_DISABLE": "1", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "0"}
 
 
 @pytest.mark.parametrize("mb, expected", [(64, "67108864"), (0.5, "524288"), (128.0, "134217728"),
                                           (1.25, "1310720")])
 def test_fusion_threshold_in_bytes(mb, expected):
     assert horovod_env.variables(HorovodConfig(fusion_threshold_mb=mb)) == {
-        "HOROVOD_FUSION_THRESHOLD": expected}
+        "HOROVOD_FUSION_THRESHOLD": expected, **STALL}
 
 
 @pytest.mark.parametrize("ms, expected", [(5, "5"), (2.5, "2.5"), (3.0, "3"), (0.1, "0.1")])
 def test_cycle_time(ms, expected):
-    assert horovod_env.variables(HorovodConfig(cycle_time_ms=ms)) == {"HOROVOD_CYCLE_TIME": expected}
+    assert horovod_env.variables(HorovodConfig(cycle_time_ms=ms)) == {"HOROVOD_CYCLE_TIME": expected, **STALL}
 
 
 def test_every_setting():
@@ -39,16 +53,16 @@ def test_every_setting():
     assert horovod_env.variables(config) == {
         "HOROVOD_FUSION_THRESHOLD": "33554432", "HOROVOD_CYCLE_TIME": "1.5",
         "HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "HOROVOD_AUTOTUNE": "1",
-        "HOROVOD_AUTOTUNE_LOG": "/tmp/autotune.csv", "HOROVOD_TIMELINE": "/tmp/tl.json"}
+        "HOROVOD_AUTOTUNE_LOG": "/tmp/autotune.csv", "HOROVOD_TIMELINE": "/tmp/tl.json", **STALL}
 
 
 def test_autotune_log_needs_autotune():
-    assert horovod_env.variables(HorovodConfig(autotune_log="/tmp/a.csv")) == {}
+    assert horovod_env.variables(HorovodConfig(autotune_log="/tmp/a.csv")) == STALL
 
 
 def test_false_flags_set_nothing():
     config = HorovodConfig(hierarchical_allreduce=False, autotune=False, timeline=None)
-    assert horovod_env.variables(config) == {}
+    assert horovod_env.variables(config) == STALL
 
 
 def test_apply_sets_and_reports():
@@ -56,10 +70,12 @@ def test_apply_sets_and_reports():
     environ = {"HOROVOD_CYCLE_TIME": "10", "OTHER": "x"}  # inherited from the launcher
     in_force = horovod_env.apply(HorovodConfig(fusion_threshold_mb=16, autotune=True), environ)
     assert environ == {"HOROVOD_CYCLE_TIME": "10", "OTHER": "x",
-                       "HOROVOD_FUSION_THRESHOLD": "16777216", "HOROVOD_AUTOTUNE": "1"}
+                       "HOROVOD_FUSION_THRESHOLD": "16777216", "HOROVOD_AUTOTUNE": "1", **STALL}
     assert in_force == {"HOROVOD_FUSION_THRESHOLD": "16777216", "HOROVOD_CYCLE_TIME": "10",
                         "HOROVOD_HIERARCHICAL_ALLREDUCE": "default", "HOROVOD_AUTOTUNE": "1",
-                        "HOROVOD_AUTOTUNE_LOG": "default", "HOROVOD_TIMELINE": "default"}
+                        "HOROVOD_AUTOTUNE_LOG": "default", "HOROVOD_TIMELINE": "default",
+                        "HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
+                        "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "600"}
     assert dict(os.environ) == before  # only the mapping passed in is touched
 
 
