@@ -14,6 +14,7 @@ raw Horovod / DDP (Horovod against the framework's own data parallelism).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -52,6 +53,8 @@ class BenchSpec:
     fusion_threshold_mb: float = 32.0  # NOTES: 16-32 MB and 5-10 ms suit this machine
     cycle_time_ms: float = 5.0
     timeout: int = 900
+    link_mbit: Optional[float] = None  # run np>1 cells across two namespaces over a shaped link
+    link_delay_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,10 @@ def cells(spec: BenchSpec) -> list[Cell]:
     out = [Cell("hvdcls", *c) for c in itertools.product(
         spec.backends, spec.nps, spec.compressions, spec.batch_sizes, spec.models)]
     if spec.baselines:
+        # DDP's torchrun does not cross our namespaces: across a shaped link, Horovod only.
+        runners = ("raw-horovod",) if spec.link_mbit else ("raw-horovod", "ddp")
         out += [Cell(runner, c.backend, *c.key()[1:]) for c in list(out)
-                for runner in ("raw-horovod", "ddp") if (runner, c.backend) in BASELINE_SCRIPTS]
+                for runner in runners if (runner, c.backend) in BASELINE_SCRIPTS]
     return out
 
 
@@ -89,7 +94,7 @@ def worker_args(cell: Cell, spec: BenchSpec, out: Path) -> list[str]:
             "--reps", str(spec.reps), "--out", str(out)]
 
 
-def command(cell: Cell, spec: BenchSpec, out: Path) -> list[str]:
+def command(cell: Cell, spec: BenchSpec, out: Path, hosts=None) -> list[str]:
     args = worker_args(cell, spec, out)
     if cell.runner == "hvdcls":
         program = [sys.executable, "-m", "hvdcls.bench_worker", "--backend", cell.backend, *args]
@@ -97,7 +102,11 @@ def command(cell: Cell, spec: BenchSpec, out: Path) -> list[str]:
         program = [sys.executable, str(BASELINES_DIR / BASELINE_SCRIPTS[(cell.runner, cell.backend)]), *args]
     if cell.runner == "ddp":
         return [launch.venv_tool("torchrun"), "--standalone", f"--nproc_per_node={cell.np}", *program[1:]]
-    return launch.horovodrun(cell.np, program) if cell.np > 1 else program
+    if cell.np == 1:
+        return program
+    if hosts is not None:  # one rank per namespace "host", every byte over the shaped link
+        return hosts.horovodrun(cell.np, program, launch.venv_tool("horovodrun"))
+    return launch.horovodrun(cell.np, program)
 
 
 def environment(cell: Cell, spec: BenchSpec) -> dict[str, str]:
@@ -108,9 +117,9 @@ def environment(cell: Cell, spec: BenchSpec) -> dict[str, str]:
     return env
 
 
-def run_cell(cell: Cell, spec: BenchSpec, scratch: Path) -> dict:
+def run_cell(cell: Cell, spec: BenchSpec, scratch: Path, hosts=None) -> dict:
     out = scratch / f"{cell.runner}-{'-'.join(map(str, cell.key()))}.json"
-    result = subprocess.run(command(cell, spec, out), env=environment(cell, spec),
+    result = subprocess.run(command(cell, spec, out, hosts), env=environment(cell, spec),
                             capture_output=True, text=True, timeout=spec.timeout)
     if result.returncode != 0 or not out.exists():
         tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
@@ -158,6 +167,32 @@ def add_ratios(results: list[dict]) -> None:
         r["horovod_vs_ddp"] = mine / ddp if ddp and r["runner"] in ("hvdcls", "raw-horovod") else None
 
 
+def shaped_hosts(spec: BenchSpec):
+    """Two namespace hosts over a shaped link when asked for (hvdcls.netns), else nothing."""
+    if not spec.link_mbit:
+        return contextlib.nullcontext(None)
+    if any(n not in (1, 2) for n in spec.nps):
+        raise UserError("--link-mbit runs one rank on each of two hosts: use --np 1 2")
+    from hvdcls.netns import Link, ShapedHosts
+    return ShapedHosts(Link(spec.link_mbit, spec.link_delay_ms))
+
+
+def allreduce_sweep(spec: BenchSpec, hosts, scratch: Path) -> dict:
+    """Bus bandwidth of Horovod's all-reduce across the link, against the link's own rate."""
+    out = scratch / "sweep.json"
+    program = [sys.executable, str(BASELINES_DIR / "allreduce_sweep.py"), "--out", str(out)]
+    env = environment(Cell("raw-horovod", "torch", 2, "none", 0, ""), spec)
+    result = subprocess.run(hosts.horovodrun(2, program, launch.venv_tool("horovodrun")), env=env,
+                            capture_output=True, text=True, timeout=spec.timeout)
+    if result.returncode != 0 or not out.exists():
+        return {"error": " | ".join((result.stdout + result.stderr).strip().splitlines()[-5:])}
+    sweep = json.loads(out.read_text())
+    sweep["link"] = hosts.link.describe()
+    for row in sweep["sweep"]:
+        row["share_of_link"] = row["bus_gbit_per_s"] * 1000 / spec.link_mbit
+    return sweep
+
+
 def machine() -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                 if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
@@ -180,12 +215,14 @@ def run(spec: BenchSpec, output_dir: Path, progress: bool = True) -> dict:
         raise UserError(f"baselines asked for but {BASELINES_DIR} is missing (a source checkout "
                         "has it): pass --no-baselines")
     todo = cells(spec)
-    results = []
-    with tempfile.TemporaryDirectory(prefix="hvdcls-bench-") as scratch:
+    results, sweep = [], None
+    with tempfile.TemporaryDirectory(prefix="hvdcls-bench-") as scratch, shaped_hosts(spec) as hosts:
         for cell in tqdm(todo, desc="bench", unit="cell", disable=not progress, file=sys.stderr):
-            results.append(run_cell(cell, spec, Path(scratch)))
+            results.append(run_cell(cell, spec, Path(scratch), hosts))
+        if hosts is not None:
+            sweep = allreduce_sweep(spec, hosts, Path(scratch))
     add_ratios(results)
-    report = {"machine": machine(), "spec": asdict(spec), "cells": results}
+    report = {"machine": machine(), "spec": asdict(spec), "cells": results, "allreduce_sweep": sweep}
     output_dir.mkdir(parents=True, exist_ok=True)
     write_outputs(report, output_dir)
     fileio.write_json_atomic(output_dir / "bench.json", report)

@@ -41,7 +41,19 @@ def markdown(report: dict) -> str:
              "(torch backend only).", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row(c)) + " |" for c in report["cells"]]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + sweep_lines(report.get("allreduce_sweep"))) + "\n"
+
+
+def sweep_lines(sweep) -> list[str]:
+    if not sweep:
+        return []
+    if "error" in sweep:
+        return ["", f"All-reduce sweep failed: {sweep['error']}"]
+    lines = ["", f"All-reduce bus bandwidth across the shaped link ({sweep['link']}, "
+             f"{sweep['world_size']} ranks):", "", "| message MB | median s | bus Gbit/s | share of link |",
+             "|---|---|---|---|"]
+    return lines + [f"| {r['bytes'] / 1e6:.2f} | {r['seconds']:.4f} | {r['bus_gbit_per_s']:.3f} | "
+                    f"{r['share_of_link']:.0%} |" for r in sweep["sweep"]]
 
 
 def plot(report: dict, path: Path) -> None:

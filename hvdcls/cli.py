@@ -144,7 +144,8 @@ def run_bench(a: argparse.Namespace) -> int:
     spec = bench.BenchSpec(backends=a.backends, nps=a.np, compressions=a.compression,
                            batch_sizes=a.batch_size, models=a.model, image_size=a.image_size,
                            warmup=a.warmup, steps=a.steps, reps=a.reps, baselines=a.baselines,
-                           fusion_threshold_mb=a.fusion_threshold_mb, cycle_time_ms=a.cycle_time_ms)
+                           fusion_threshold_mb=a.fusion_threshold_mb, cycle_time_ms=a.cycle_time_ms,
+                           link_mbit=a.link_mbit, link_delay_ms=a.link_delay_ms)
     report = bench.run(spec, a.output_dir, progress=not a.quiet)
     print(importlib.import_module("hvdcls.bench_report").markdown(report))
     failed = [c for c in report["cells"] if "error" in c]
@@ -168,6 +169,9 @@ def add_bench(sub) -> None:
                         help="skip the DDP and raw-Horovod loops")
     parser.add_argument("--fusion-threshold-mb", type=float, default=defaults.fusion_threshold_mb)
     parser.add_argument("--cycle-time-ms", type=float, default=defaults.cycle_time_ms)
+    parser.add_argument("--link-mbit", type=float, help="run the np=2 cells across two network "
+                        "namespaces joined by a link shaped to this rate (root; e.g. 1000, 10000)")
+    parser.add_argument("--link-delay-ms", type=float, default=0.0, help="one-way delay on that link")
     parser.add_argument("--output-dir", type=Path, default=Path("runs/bench"))
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run_bench)
