@@ -9,7 +9,7 @@ COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compos
 PROJECT ?= hvdcls
 GPU_FLAG := $(if $(filter 1,$(GPU)),--gpu,)
 
-.PHONY: setup demo test doctor unit parallel clean distclean docker-engine base-image wheelhouse \
+.PHONY: setup demo test doctor unit parallel clean distclean bench docker-engine base-image wheelhouse \
 	image compose-up compose-down compose-test
 
 setup:
@@ -53,6 +53,10 @@ compose-down:
 # Both backends under horovodrun and mpirun across the compose workers; tears down after.
 compose-test: setup docker-engine
 	@HVDCLS_REQUIRE_DOCKER=1 HVDCLS_IMAGE=$(IMAGE) $(PY) -m pytest tests/docker
+
+# Step throughput: the default matrix beside DDP and raw Horovod -> runs/bench/bench.{json,md,png}
+bench: setup
+	@$(PY) -m hvdcls bench --output-dir runs/bench
 
 doctor: setup
 	@$(VENV)/bin/hvdcls doctor

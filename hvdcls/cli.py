@@ -6,6 +6,7 @@
     hvdcls demo [--np 2]                    digits with both backends under horovodrun, side by side
     hvdcls timeline PATH [--json]           Horovod's timeline as a few numbers (communication share)
     hvdcls report RUN_DIR [RUN_DIR ...]     runs side by side: a PNG and a Markdown table
+    hvdcls bench [--np 1 2] [--model ...]   step throughput beside DDP and raw Horovod
     horovodrun -np 2 -H localhost:2 --gloo hvdcls smoke --backend torch
     mpirun -np 2 --allow-run-as-root hvdcls smoke --backend tensorflow
 
@@ -138,13 +139,52 @@ def add_report(sub) -> None:
     parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.report").compare(a.runs, a.output))
 
 
+def run_bench(a: argparse.Namespace) -> int:
+    bench = importlib.import_module("hvdcls.bench")
+    spec = bench.BenchSpec(backends=a.backends, nps=a.np, compressions=a.compression,
+                           batch_sizes=a.batch_size, models=a.model, image_size=a.image_size,
+                           warmup=a.warmup, steps=a.steps, reps=a.reps, baselines=a.baselines,
+                           fusion_threshold_mb=a.fusion_threshold_mb, cycle_time_ms=a.cycle_time_ms,
+                           link_mbit=a.link_mbit, link_delay_ms=a.link_delay_ms)
+    report = bench.run(spec, a.output_dir, progress=not a.quiet)
+    print(importlib.import_module("hvdcls.bench_report").markdown(report))
+    failed = [c for c in report["cells"] if "error" in c]
+    return 1 if failed else 0
+
+
+def add_bench(sub) -> None:
+    parser = sub.add_parser("bench", help="throughput over backend x processes x compression x batch "
+                            "x model, beside DDP and raw Horovod (bench.json, bench.md, bench.png)")
+    defaults = importlib.import_module("hvdcls.bench").BenchSpec()
+    parser.add_argument("--backends", nargs="+", choices=registry.names(), default=defaults.backends)
+    parser.add_argument("--np", nargs="+", type=int, default=defaults.nps, help="process counts")
+    parser.add_argument("--compression", nargs="+", choices=["none", "fp16"], default=defaults.compressions)
+    parser.add_argument("--batch-size", nargs="+", type=int, default=defaults.batch_sizes, help="per worker")
+    parser.add_argument("--model", nargs="+", default=defaults.models)
+    parser.add_argument("--image-size", type=int, default=defaults.image_size)
+    parser.add_argument("--warmup", type=int, default=defaults.warmup, help="untimed steps first")
+    parser.add_argument("--steps", type=int, default=defaults.steps, help="timed steps per repetition")
+    parser.add_argument("--reps", type=int, default=defaults.reps, help="repetitions (median, spread)")
+    parser.add_argument("--no-baselines", dest="baselines", action="store_false",
+                        help="skip the DDP and raw-Horovod loops")
+    parser.add_argument("--fusion-threshold-mb", type=float, default=defaults.fusion_threshold_mb)
+    parser.add_argument("--cycle-time-ms", type=float, default=defaults.cycle_time_ms)
+    parser.add_argument("--link-mbit", type=float, help="run the np=2 cells across two network "
+                        "namespaces joined by a link shaped to this rate (root; e.g. 1000, 10000)")
+    parser.add_argument("--link-delay-ms", type=float, default=0.0, help="one-way delay on that link")
+    parser.add_argument("--output-dir", type=Path, default=Path("runs/bench"))
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(handler=run_bench)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="hvdcls", description="Horovod image-classification training "
                                      "for PyTorch and TensorFlow.")
     parser.add_argument("--version", action="version", version=f"hvdcls {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=OneLineParser)
-    for add in (add_train, add_data, add_doctor, add_smoke, add_demo, add_timeline, add_report):
+    for add in (add_train, add_data, add_doctor, add_smoke, add_demo, add_timeline, add_report,
+                add_bench):
         add(sub)
     return parser
 

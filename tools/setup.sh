@@ -29,6 +29,8 @@ system_packages_missing() {
     command -v make >/dev/null || missing+=(make)
     # horovodrun reaches other hosts (and checks local ones) through ssh.
     command -v ssh >/dev/null || missing+=(openssh-client)
+    # `hvdcls bench --link-mbit` runs an sshd in each of its network namespaces.
+    [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
     echo "${missing[@]:-}"
 }
 

@@ -1,0 +1,35 @@
+"""Baseline: the same step under PyTorch DistributedDataParallel (gloo), launched by torchrun.
+
+    torchrun --nproc_per_node 2 benchmarks/ddp_torch.py --out d.json
+"""
+import os
+
+import torch
+import torch.distributed as dist
+import torchvision
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+from common import measure, parse, write
+from torch_step import plain_step
+
+
+def main() -> None:
+    args = parse(__doc__.splitlines()[0])
+    dist.init_process_group("gloo")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = torchvision.models.get_model(args.model, weights=None, num_classes=10)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    if args.compression == "fp16":  # DDP's counterpart of Horovod's fp16 compression
+        ddp.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    per_step = measure(plain_step(ddp, optimizer, args), args)
+    if dist.get_rank() == 0:
+        write(args, "ddp", "torch", dist.get_world_size(),
+              sum(p.numel() for p in model.parameters()), per_step,
+              {"torch": torch.__version__, "torchrun_master_port": os.environ.get("MASTER_PORT", "")})
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""Baseline: the plainest Horovod training loop for PyTorch (Horovod's own example's shape).
+
+    horovodrun -np 2 -H localhost:2 --gloo python benchmarks/raw_horovod_torch.py --out r.json
+"""
+import horovod
+import horovod.torch as hvd
+import torch
+import torchvision
+
+from common import measure, parse, write
+from torch_step import plain_step
+
+
+def main() -> None:
+    args = parse(__doc__.splitlines()[0])
+    hvd.init()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = torchvision.models.get_model(args.model, weights=None, num_classes=10)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    compression = hvd.Compression.fp16 if args.compression == "fp16" else hvd.Compression.none
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                         compression=compression)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    per_step = measure(plain_step(model, optimizer, args), args)
+    if hvd.rank() == 0:
+        write(args, "raw-horovod", "torch", hvd.size(),
+              sum(p.numel() for p in model.parameters()), per_step,
+              {"torch": torch.__version__, "horovod": horovod.__version__})
+
+
+if __name__ == "__main__":
+    main()

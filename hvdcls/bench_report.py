@@ -1,0 +1,86 @@
+"""bench.md and bench.png from a `hvdcls bench` report (matplotlib's Figure with Agg: no pyplot
+state, no display needed)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from hvdcls import fileio
+
+COLUMNS = ["runner", "backend", "np", "compression", "batch", "model", "img/s (median)", "spread",
+           "img/s/worker", "scaling eff.", "step ms", "allreduce wait", "MB/step", "vs raw Horovod",
+           "Horovod/DDP"]
+
+
+def fmt(value, pattern: str = "{:.2f}") -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def row(cell: dict) -> list[str]:
+    head = [cell["runner"], cell["backend"], str(cell["np"]), cell["compression"],
+            str(cell["batch_size"]), cell["model"]]
+    if "error" in cell:
+        return head + [f"failed: {cell['error'][:80]}"] + [""] * (len(COLUMNS) - len(head) - 1)
+    ips = cell["images_per_sec"]
+    return head + [fmt(ips["median"], "{:.1f}"), f"{ips['min']:.1f}-{ips['max']:.1f}",
+                   fmt(cell["images_per_sec_per_worker"], "{:.1f}"), fmt(cell["scaling_efficiency"]),
+                   fmt(cell["step_seconds"]["median"] * 1000, "{:.0f}"),
+                   fmt(cell["communication_share"], "{:.0%}"),
+                   fmt(cell["allreduce_bytes_per_step"] / 1e6, "{:.1f}"),
+                   fmt(cell["vs_raw_horovod"]), fmt(cell["horovod_vs_ddp"])]
+
+
+def markdown(report: dict) -> str:
+    m = report["machine"]
+    lines = [f"# hvdcls bench on {m['hostname']}", "",
+             f"{m['cpu']}, {m['usable_cores']} usable cores; Python {m['python']}; " +
+             ", ".join(f"{k} {v}" for k, v in m["versions"].items()), "",
+             f"image size {report['spec']['image_size']}, {report['spec']['warmup']} warm-up steps, "
+             f"{report['spec']['reps']} x {report['spec']['steps']} timed steps; fusion threshold "
+             f"{report['spec']['fusion_threshold_mb']:g} MB, cycle time {report['spec']['cycle_time_ms']:g} ms; "
+             "allreduce wait: share of the step spent waiting for gradients after backward "
+             "(torch backend only).", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row(c)) + " |" for c in report["cells"]]
+    return "\n".join(lines + sweep_lines(report.get("allreduce_sweep"))) + "\n"
+
+
+def sweep_lines(sweep) -> list[str]:
+    if not sweep:
+        return []
+    if "error" in sweep:
+        return ["", f"All-reduce sweep failed: {sweep['error']}"]
+    lines = ["", f"All-reduce bus bandwidth across the shaped link ({sweep['link']}, "
+             f"{sweep['world_size']} ranks):", "", "| message MB | median s | bus Gbit/s | share of link |",
+             "|---|---|---|---|"]
+    return lines + [f"| {r['bytes'] / 1e6:.2f} | {r['seconds']:.4f} | {r['bus_gbit_per_s']:.3f} | "
+                    f"{r['share_of_link']:.0%} |" for r in sweep["sweep"]]
+
+
+def plot(report: dict, path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    good = [c for c in report["cells"] if "error" not in c]
+    labels = [f"{c['runner']}\n{c['backend'][:5]} np{c['np']} {c['compression']}\nb{c['batch_size']} {c['model']}"
+              for c in good]
+    medians = [c["images_per_sec"]["median"] for c in good]
+    errors = [[m - c["images_per_sec"]["min"] for m, c in zip(medians, good)],
+              [c["images_per_sec"]["max"] - m for m, c in zip(medians, good)]]
+    colours = {"hvdcls": "tab:blue", "raw-horovod": "tab:orange", "ddp": "tab:green"}
+    figure = Figure(figsize=(max(6.0, 0.9 * len(good) + 2), 5), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    axes.bar(range(len(good)), medians, yerr=errors, capsize=3,
+             color=[colours.get(c["runner"], "tab:gray") for c in good])
+    axes.set_xticks(range(len(good)), labels, fontsize=7)
+    axes.set_ylabel("images/s, all workers (median, min-max)")
+    axes.set_title(f"hvdcls bench on {report['machine']['hostname']}")
+    figure.tight_layout()
+    tmp = path.with_name(path.name + ".tmp")
+    figure.savefig(tmp, format="png")
+    tmp.replace(path)
+
+
+def write_outputs(report: dict, output_dir: Path) -> None:
+    fileio.write_atomic(output_dir / "bench.md", markdown(report).encode())
+    plot(report, output_dir / "bench.png")

@@ -1,0 +1,42 @@
+"""The bench's shaped-link hosts: two network namespaces over a tc-shaped veth pair (tbf: this kernel has no netem for delays), each with
+its own sshd; a real Horovod all-reduce crosses between them; nothing is left afterwards, also
+when the job inside fails."""
+import subprocess
+import sys
+
+import pytest
+
+from hvdcls import launch, netns
+from hvdcls.netns import Link, ShapedHosts
+
+pytestmark = [pytest.mark.parallel,
+              pytest.mark.skipif(netns.unavailable_reason() is not None,
+                                 reason=f"no network namespaces here: {netns.unavailable_reason()}")]
+SUM = ("import horovod.torch as hvd, torch; hvd.init(); "
+       "print('sum', hvd.allreduce(torch.ones(3) * (hvd.rank() + 1), op=hvd.Sum).tolist())")
+
+
+def qdiscs(hosts: ShapedHosts, index: int) -> str:
+    return subprocess.run(["ip", "netns", "exec", hosts.namespaces[index], "tc", "qdisc", "show",
+                           "dev", netns.INTERFACE], capture_output=True, text=True, check=True).stdout
+
+
+def test_an_allreduce_crosses_the_shaped_link_and_everything_is_removed():
+    with ShapedHosts(Link(rate_mbit=200)) as hosts:
+        assert hosts.exists() == hosts.namespaces
+        for index in (0, 1):
+            shaping = qdiscs(hosts, index)
+            assert "tbf" in shaping and "200Mbit" in shaping, shaping
+        result = subprocess.run(hosts.horovodrun(2, [sys.executable, "-c", SUM], launch.venv_tool("horovodrun")),
+                                env=launch.single_host_env(), capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+        assert result.stdout.count("sum [3.0, 3.0, 3.0]") == 2, result.stdout[-2000:]
+    assert hosts.exists() == []
+
+
+def test_namespaces_are_removed_when_the_job_fails():
+    with pytest.raises(RuntimeError):
+        with ShapedHosts(Link(rate_mbit=100)) as hosts:
+            made = hosts.exists()
+            raise RuntimeError("the job failed")
+    assert made == hosts.namespaces and hosts.exists() == []

@@ -1,0 +1,61 @@
+"""hvdcls.bench's pure parts: the matrix, the summary of a cell and the ratios between runners."""
+from hvdcls import bench, bench_report
+
+
+def raw(images_per_sec, parameters=1000, waits=None):
+    steps = [16 / v for v in images_per_sec]
+    return {"threads": 1, "parameters": parameters, "images_per_sec": images_per_sec,
+            "step_seconds": steps, "allreduce_wait_seconds": waits or [None] * len(steps)}
+
+
+def test_the_matrix_and_its_matching_baselines():
+    spec = bench.BenchSpec(backends=["torch", "tensorflow"], nps=[1, 2], compressions=["none"],
+                           batch_sizes=[16], models=["resnet50"])
+    cells = bench.cells(spec)
+    hv = [c for c in cells if c.runner == "hvdcls"]
+    assert len(hv) == 4
+    assert {(c.runner, c.backend) for c in cells} == {
+        ("hvdcls", "torch"), ("hvdcls", "tensorflow"), ("raw-horovod", "torch"),
+        ("raw-horovod", "tensorflow"), ("ddp", "torch")}
+    assert len(cells) == 4 + 4 + 2  # DDP exists for torch only
+    spec.baselines = False
+    assert all(c.runner == "hvdcls" for c in bench.cells(spec))
+
+
+def test_bytes_follow_compression_and_the_ring():
+    one = bench.summarise(bench.Cell("hvdcls", "torch", 4, "fp16", 16, "m"), raw([100.0], 1000))
+    assert one["allreduce_bytes_per_step"] == 2000
+    assert one["ring_bytes_sent_per_rank"] == 3000  # 2 (N-1)/N of the buffer
+    alone = bench.summarise(bench.Cell("hvdcls", "torch", 1, "none", 16, "m"), raw([100.0], 1000))
+    assert alone["allreduce_bytes_per_step"] == 0 and alone["ring_bytes_sent_per_rank"] == 0
+
+
+def test_median_spread_and_communication_share():
+    cell = bench.summarise(bench.Cell("hvdcls", "torch", 2, "none", 16, "m"),
+                           raw([100.0, 80.0, 160.0], waits=[0.05, 0.05, 0.05]))
+    assert cell["images_per_sec"] == {"median": 100.0, "min": 80.0, "max": 160.0}
+    assert cell["images_per_sec_per_worker"] == 50.0
+    assert abs(cell["communication_share"] - 0.05 / 0.16) < 1e-9
+
+
+def test_ratios_compare_like_with_like():
+    results = [bench.summarise(bench.Cell(r, "torch", n, "none", 16, "m"), raw([v]))
+               for r, n, v in [("hvdcls", 1, 100.0), ("hvdcls", 2, 150.0), ("raw-horovod", 2, 160.0),
+                               ("ddp", 2, 200.0), ("raw-horovod", 1, 100.0)]]
+    bench.add_ratios(results)
+    by = {(r["runner"], r["np"]): r for r in results}
+    assert by[("hvdcls", 2)]["scaling_efficiency"] == 0.75
+    assert by[("hvdcls", 2)]["vs_raw_horovod"] == 150.0 / 160.0
+    assert by[("raw-horovod", 2)]["horovod_vs_ddp"] == 0.8
+    assert by[("ddp", 2)]["vs_raw_horovod"] is None and by[("ddp", 2)]["horovod_vs_ddp"] is None
+
+
+def test_a_failed_cell_is_a_row_not_a_crash():
+    report = {"machine": {"hostname": "h", "cpu": "c", "usable_cores": 2, "python": "3.11",
+                          "versions": {}},
+              "spec": vars(bench.BenchSpec()),
+              "cells": [{"runner": "ddp", "backend": "torch", "np": 2, "compression": "none",
+                         "batch_size": 16, "model": "m", "error": "exit 1: boom"}]}
+    text = bench_report.markdown(report)
+    assert "failed: exit 1: boom" in text
+    assert text.count("\n| ") == 2  # header + one row
