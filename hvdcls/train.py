@@ -83,6 +83,7 @@ def train(config: cfg.Config, backend_name: str) -> dict:
         history = Trainer(config, backend, ctx, data, outputs, monitor).run(start_epoch, history)
         summary = make_summary(config, ctx, data, model_info, horovod_settings, history, started,
                                resumed)
+        summary["communication"] = backend.communication()
         summary["rank_weight_digests"] = rank_weight_digests(backend)
         summary["rank_hosts"] = backend.allgather_object(socket.gethostname(), "rank_hosts")
         outputs.write_summary(summary)
