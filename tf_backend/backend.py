@@ -168,7 +168,7 @@ class TensorFlowBackend(Backend):
 
     def _powersgd(self, grads, warmup: bool):
         """Horovod: PowerSGD averages the gradients; the error feedback is kept unscaled."""
-        scale = self.optimizer.dynamic_scale if self.loss_scaled else 1.0
+        scale = self.optimizer.dynamic_scale.value if self.loss_scaled else 1.0
         return self.reducer.reduce(grads, scale, warmup)
 
     def _local_grads_eager(self, images, labels):
