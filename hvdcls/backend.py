@@ -117,6 +117,15 @@ class Backend(abc.ABC):
         backward pass was done (Horovod overlaps the rest with backward), measured on the
         host; None where the backend cannot time it apart from the rest of the step."""
 
+    def prepare_checkpoint(self) -> None:
+        """Called on every rank before rank 0 saves: make rank 0's state stand for all ranks
+        (a collective, where per-rank state exists: PowerSGD's error feedback)."""
+
+    def communication(self) -> Optional[dict]:
+        """Gradient bytes all-reduced so far, counted from the tensors sent
+        (hvdcls.powersgd.ByteCounter.summary()); None where the backend does not count."""
+        return None
+
     @abc.abstractmethod
     def profiler(self, directory: Path) -> ContextManager[None]:
         """A context manager: profile what runs inside it with the framework's profiler and

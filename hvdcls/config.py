@@ -98,8 +98,18 @@ class TrainingConfig:
 
 
 @dataclass
+class PowerSGDConfig:
+    """horovod.compression=powersgd: gradients as rank-r factors (hvdcls/powersgd.py)."""
+
+    rank: int = 4
+    start_iter: int = 10  # plain all-reduce for this many first steps (the errors are large)
+    min_compression_rate: float = 2.0  # compress a tensor when n*m / (r*(n+m)) reaches this
+    fp16: bool = False  # all-reduce P and Q in float16 too
+
+
+@dataclass
 class HorovodConfig:
-    compression: str = "none"  # none | fp16
+    compression: str = "none"  # none | fp16 | powersgd
     op: str = "average"  # average | adasum
     backward_passes_per_step: int = 1  # gradient accumulation: all-reduce every N passes
     fusion_threshold_mb: Optional[float] = None  # None: Horovod's default (or the env's)
@@ -114,6 +124,7 @@ class HorovodConfig:
     stall_check_seconds: int = 60
     # ... and after this long every rank stops, non-zero, instead of hanging (0: never).
     stall_shutdown_seconds: int = 600
+    powersgd: PowerSGDConfig = field(default_factory=PowerSGDConfig)
 
 
 @dataclass
@@ -149,18 +160,19 @@ CHOICES = {
     "schedule.name": ("cosine", "step", "multistep", "constant"),
     "training.amp_dtype": ("auto", "bfloat16", "float16"),
     "training.device": ("auto", "cpu", "cuda"),
-    "horovod.compression": ("none", "fp16"),
+    "horovod.compression": ("none", "fp16", "powersgd"),
     "horovod.op": ("average", "adasum"),
     "output.progress": ("auto", "bar", "lines", "quiet"),
 }
 POSITIVE = ("data.image_size", "data.synthetic.num_samples", "data.synthetic.num_classes",
             "training.epochs", "training.batch_size", "training.log_every",
-            "horovod.backward_passes_per_step", "output.keep_checkpoints", "schedule.step_size")
+            "horovod.backward_passes_per_step", "output.keep_checkpoints", "schedule.step_size",
+            "horovod.powersgd.rank")
 NON_NEGATIVE = ("data.workers", "optimizer.lr", "optimizer.momentum", "optimizer.weight_decay",
                 "schedule.warmup_epochs", "schedule.min_lr_factor", "output.checkpoint_every",
                 "training.label_smoothing", "training.seed", "training.profile_steps",
                 "output.metrics_linger_seconds", "horovod.stall_check_seconds",
-                "horovod.stall_shutdown_seconds")
+                "horovod.stall_shutdown_seconds", "horovod.powersgd.start_iter")
 OPTIONAL_POSITIVE = ("model.num_classes", "training.grad_clip_norm", "training.threads",
                      "horovod.fusion_threshold_mb", "horovod.cycle_time_ms")
 
@@ -318,6 +330,12 @@ def validate(config: Config) -> None:
     port = config.output.metrics_port
     if port is not None and not 0 <= port <= 65535:
         raise UserError(f"config output.metrics_port={port}: a TCP port in [0, 65535] (0: any free port)")
+    if config.horovod.powersgd.min_compression_rate < 1:
+        raise UserError(f"config horovod.powersgd.min_compression_rate="
+                        f"{config.horovod.powersgd.min_compression_rate}: must be >= 1")
+    if config.horovod.compression == "powersgd" and config.horovod.op == "adasum":
+        raise UserError("config horovod.compression=powersgd averages P and Q: it cannot be combined "
+                        "with horovod.op=adasum")
     if not 0 <= config.training.label_smoothing < 1:
         raise UserError(f"config training.label_smoothing={config.training.label_smoothing}: "
                         "must be in [0, 1)")

@@ -97,12 +97,24 @@ class EpochTimes:
     data_wait: float = 0.0
     step: float = 0.0
     allreduce: Optional[float] = None  # None: the backend cannot separate it
+    sent_before: Optional[tuple] = None  # (gradient bytes, steps) counted before the epoch
+    bytes_per_step: Optional[float] = None  # gradient bytes all-reduced per step this epoch
 
     def add(self, sample: StepSample) -> None:
         self.data_wait += sample.data_wait
         self.step += sample.seconds
         if sample.allreduce is not None:
             self.allreduce = (self.allreduce or 0.0) + sample.allreduce
+
+    def close(self, sent_after: Optional[tuple]) -> None:
+        if self.sent_before and sent_after and sent_after[1] > self.sent_before[1]:
+            self.bytes_per_step = (sent_after[0] - self.sent_before[0]) / (sent_after[1] - self.sent_before[1])
+
+
+def sent_bytes(backend: Backend) -> Optional[tuple]:
+    """(gradient bytes all-reduced, steps) so far, where the backend counts them."""
+    counted = backend.communication()
+    return (counted["sent_bytes"], counted["steps"]) if counted else None
 
 
 class Trainer:
@@ -129,7 +141,7 @@ class Trainer:
         batches = EpochBatches(self.data.train, self.shards.batches(epoch), self.preprocess,
                                epoch, train=True)
         steps = self.shards.steps_per_epoch
-        total, lr, times = None, 0.0, EpochTimes()
+        total, lr, times = None, 0.0, EpochTimes(sent_before=sent_bytes(self.backend))
         loss_reads = LossReads(self.config.training.log_every)
         started = time.perf_counter()
         loader = LoaderWait(self.backend.loader(batches, self.config.data.workers))
@@ -141,6 +153,7 @@ class Trainer:
             times.add(sample.sample)
             self.monitor.step(sample.sample)
         seconds = time.perf_counter() - started
+        times.close(sent_bytes(self.backend))
         reduced = self.backend.allreduce_sum(as_floats(total), f"train_metrics.{epoch}")
         return Reduced.from_sums(reduced), seconds, lr, times
 
@@ -208,9 +221,11 @@ class Trainer:
                 "world_size": self.ctx.size, "steps": self.shards.steps_per_epoch,
                 "data_wait_seconds": times.data_wait, "data_wait_share": times.data_wait / train_seconds,
                 "step_seconds": times.step, "allreduce_wait_seconds": times.allreduce,
-                "allreduce_share": None if times.allreduce is None else times.allreduce / train_seconds}
+                "allreduce_share": None if times.allreduce is None else times.allreduce / train_seconds,
+                "allreduce_bytes_per_step": times.bytes_per_step}
 
     def save(self, epochs_done: int) -> None:
+        self.backend.prepare_checkpoint()  # every rank: it may be a collective
         if not self.ctx.is_main:  # Horovod: weights are identical on every rank; rank 0 writes
             return
         history = self.outputs.history

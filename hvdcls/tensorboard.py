@@ -20,7 +20,7 @@ from pathlib import Path
 from hvdcls.monitor import RunInfo, Sink, StepSample
 
 EPOCH_KEYS = ("train_loss", "val_loss", "train_accuracy", "val_accuracy", "lr", "images_per_sec",
-              "data_wait_share", "allreduce_share", "epoch_seconds")
+              "data_wait_share", "allreduce_share", "epoch_seconds", "allreduce_bytes_per_step")
 FLUSH_SECONDS = 10
 
 

@@ -87,6 +87,7 @@ def train(config: cfg.Config, backend_name: str) -> dict:
                                resumed)
         summary["bad_files"] = bad_files.summarise(
             config.data.bad_files, backend.allgather_object(data.bad_files.skipped(), "bad_files"))
+        summary["communication"] = backend.communication()
         summary["rank_weight_digests"] = rank_weight_digests(backend)
         summary["rank_hosts"] = backend.allgather_object(socket.gethostname(), "rank_hosts")
         outputs.write_summary(summary)

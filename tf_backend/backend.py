@@ -24,12 +24,14 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from hvdcls import powersgd  # noqa: E402
 from hvdcls.backend import Backend, Context, Sums, threads_per_process  # noqa: E402
 from hvdcls.batches import EpochBatches  # noqa: E402
 from hvdcls.config import Config  # noqa: E402
 from hvdcls.engine import add  # noqa: E402
 from hvdcls.errors import UserError  # noqa: E402
 from tf_backend import data, models, sync_bn  # noqa: E402
+from tf_backend.compression import PowerSGDReducer  # noqa: E402
 
 CHECKPOINT_FILE = "tensorflow.npz"
 
@@ -108,6 +110,14 @@ class TensorFlowBackend(Backend):
         self.compression = hvd.Compression.fp16 if hv.compression == "fp16" else hvd.Compression.none
         self.op = hvd.Adasum if hv.op == "adasum" else hvd.Average
         self.num_classes = num_classes
+        shapes = [tuple(v.shape) for v in self.model.trainable_variables]
+        self.reducer: PowerSGDReducer | None = None
+        if hv.compression == "powersgd":  # our own reduction of the gradient list
+            self.reducer = PowerSGDReducer(shapes, hv.powersgd)
+            self.counter = self.reducer.counter
+        else:
+            self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
+            self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
         self._compile_steps()
         self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
         return {"parameters": models.count_parameters(self.model), "framework": "tensorflow",
@@ -144,13 +154,22 @@ class TensorFlowBackend(Backend):
         loss = self.loss(labels, logits)
         return logits, loss, (self.optimizer.scale_loss(loss) if self.loss_scaled else loss)
 
-    def _train_one_eager(self, images, labels):
+    def _train_one_eager(self, images, labels, warmup: bool):
         with tf.GradientTape() as tape:
             logits, loss, scaled = self._forward(images, labels)
-        # Horovod: the tape all-reduces the gradients (fused, compressed) as it returns them.
-        tape = hvd.DistributedGradientTape(tape, compression=self.compression, op=self.op)
-        self._apply(tape.gradient(scaled, tf_variables(self.model.trainable_variables)))
+        if self.reducer is not None:
+            grads = tape.gradient(scaled, tf_variables(self.model.trainable_variables))
+            self._apply(self._powersgd(grads, warmup))
+        else:
+            # Horovod: the tape all-reduces the gradients (fused, compressed) as it returns them.
+            tape = hvd.DistributedGradientTape(tape, compression=self.compression, op=self.op)
+            self._apply(tape.gradient(scaled, tf_variables(self.model.trainable_variables)))
         return self.sums(loss, logits, labels)
+
+    def _powersgd(self, grads, warmup: bool):
+        """Horovod: PowerSGD averages the gradients; the error feedback is kept unscaled."""
+        scale = self.optimizer.dynamic_scale.value if self.loss_scaled else 1.0
+        return self.reducer.reduce(grads, scale, warmup)
 
     def _local_grads_eager(self, images, labels):
         with tf.GradientTape() as tape:
@@ -158,7 +177,10 @@ class TensorFlowBackend(Backend):
         grads = tape.gradient(scaled, tf_variables(self.model.trainable_variables))
         return grads, self.sums(loss, logits, labels)
 
-    def _apply_accumulated_eager(self, grads):
+    def _apply_accumulated_eager(self, grads, warmup: bool):
+        if self.reducer is not None:
+            self._apply(self._powersgd(grads, warmup))
+            return
         # Horovod: one all-reduce for the N accumulated passes, as DistributedOptimizer does.
         self._apply(hvd.grouped_allreduce(grads, op=self.op, compression=self.compression))
 
@@ -172,8 +194,17 @@ class TensorFlowBackend(Backend):
 
     def train_step(self, micro_batches: list, lr: float) -> Sums:
         self.optimizer.learning_rate.assign(lr)
+        warmup = self.reducer is not None and self.reducer.warmup  # a Python bool: two traces
+        sums = self._train_micro(micro_batches, warmup)
+        if self.reducer is not None:
+            self.reducer.count(warmup)
+        else:
+            self.counter.add(self.dense_step_bytes)  # Horovod sent every gradient, as configured
+        return sums
+
+    def _train_micro(self, micro_batches: list, warmup: bool) -> Sums:
         if len(micro_batches) == 1:
-            return self._train_one(*micro_batches[0])
+            return self._train_one(*micro_batches[0], warmup)
         total, accumulated = None, None
         for images, labels in micro_batches:
             grads, sums = self._local_grads(images, labels)
@@ -181,7 +212,7 @@ class TensorFlowBackend(Backend):
             scaled = [g / len(micro_batches) for g in grads]
             accumulated = scaled if accumulated is None else [a + g for a, g in zip(accumulated, scaled)]
             total = add(total, sums)
-        self._apply_accumulated(accumulated)
+        self._apply_accumulated(accumulated, warmup)
         return total
 
     def _eval_eager(self, images, labels):
@@ -216,7 +247,7 @@ class TensorFlowBackend(Backend):
         arrays = {f"model/{i}": v.numpy() for i, v in enumerate(self.model.variables)}
         arrays.update({f"optimizer/{i}": v.numpy() for i, v in enumerate(self.optimizer.variables)})
         with open(directory / CHECKPOINT_FILE, "wb") as handle:
-            np.savez(handle, **arrays)
+            np.savez(handle, **arrays, **(self.reducer.state_arrays() if self.reducer else {}))
 
     def load(self, directory: Path) -> None:
         path = directory / CHECKPOINT_FILE
@@ -232,10 +263,25 @@ class TensorFlowBackend(Backend):
                                 f"the configured {prefix} has {len(variables)}")
             for i, variable in enumerate(variables):
                 variable.assign(stored[f"{prefix}/{i}"])
+        if self.reducer is not None:
+            try:
+                self.reducer.load_arrays(stored)
+            except (KeyError, ValueError) as err:
+                raise UserError(f"cannot load {path}: no PowerSGD state that fits ({err})") from None
 
     def broadcast_state(self) -> None:
         hvd.broadcast_variables(tf_variables(self.model.variables), root_rank=0)  # Horovod
         hvd.broadcast_variables(tf_variables(self.optimizer.variables), root_rank=0)  # Horovod
+        if self.reducer is not None:  # Horovod: rank 0's PowerSGD Q, error and step count
+            hvd.broadcast_variables(self.reducer.state_variables(), root_rank=0)
+            self.reducer.step = hvd.broadcast_object(self.reducer.step, root_rank=0, name="powersgd.step")
+
+    def prepare_checkpoint(self) -> None:
+        if self.reducer is not None:
+            self.reducer.average_errors()  # Horovod: one error for all ranks, training unchanged
+
+    def communication(self) -> dict:
+        return self.counter.summary()
 
     def weights(self) -> dict[str, np.ndarray]:
         return {v.path: np.asarray(v.numpy(), np.float32) for v in self.model.variables}

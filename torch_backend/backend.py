@@ -17,12 +17,14 @@ import torch
 import torch.nn.functional as F
 import torchvision
 
+from hvdcls import powersgd
 from hvdcls.backend import Backend, Context, Sums, threads_per_process
 from hvdcls.batches import EpochBatches
 from hvdcls.config import Config
 from hvdcls.engine import add
 from hvdcls.errors import UserError
 from torch_backend import data, models
+from torch_backend.compression import PowerSGDReducer
 from torch_backend.sync_bn import SyncBatchNorm
 
 CHECKPOINT_FILE = "torch.pt"
@@ -83,13 +85,23 @@ class TorchBackend(Backend):
         self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=config.training.label_smoothing)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
         self.last_allreduce_wait: float | None = None
-        # Horovod: average (or Adasum) the gradients over ranks every N backward passes.
-        self.optimizer = hvd.DistributedOptimizer(
-            make_optimizer(self.model.parameters(), config),
-            named_parameters=self.model.named_parameters(),
-            compression=hvd.Compression.fp16 if hv.compression == "fp16" else hvd.Compression.none,
-            op=hvd.Adasum if hv.op == "adasum" else hvd.Average,
-            backward_passes_per_step=hv.backward_passes_per_step)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        shapes = [tuple(p.shape) for p in self.params]
+        self.reducer: PowerSGDReducer | None = None
+        if hv.compression == "powersgd":  # our own reduction after backward, then a plain step
+            self.reducer = PowerSGDReducer(shapes, hv.powersgd, self.device)
+            self.optimizer = make_optimizer(self.model.parameters(), config)
+            self.counter = self.reducer.counter
+        else:
+            # Horovod: average (or Adasum) the gradients over ranks every N backward passes.
+            self.optimizer = hvd.DistributedOptimizer(
+                make_optimizer(self.model.parameters(), config),
+                named_parameters=self.model.named_parameters(),
+                compression=hvd.Compression.fp16 if hv.compression == "fp16" else hvd.Compression.none,
+                op=hvd.Adasum if hv.op == "adasum" else hvd.Average,
+                backward_passes_per_step=hv.backward_passes_per_step)
+            self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
+            self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
         self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
         return {"parameters": models.count_parameters(self.model), "framework": "torch",
                 "amp_dtype": str(self.dtype).replace("torch.", "") if self.dtype else None,
@@ -119,7 +131,9 @@ class TorchBackend(Backend):
             self.scaler.scale(loss / len(micro_batches)).backward()
             total = add(total, Sums(loss.detach().float() * len(labels),
                                     (logits.argmax(1) == labels).sum(), len(labels)))
-        if self.adasum:  # Horovod: Adasum combines the weight updates inside step() itself
+        if self.reducer is not None:
+            self._powersgd_step()
+        elif self.adasum:  # Horovod: Adasum combines the weight updates inside step() itself
             self._unscale_and_clip()
             self.scaler.step(self.optimizer)
             self.last_allreduce_wait = None  # inside step(), with the update: not separable
@@ -130,8 +144,22 @@ class TorchBackend(Backend):
             self._unscale_and_clip()
             with self.optimizer.skip_synchronize():  # Horovod: already synchronised above
                 self.scaler.step(self.optimizer)
+        if self.reducer is None:
+            self.counter.add(self.dense_step_bytes)  # Horovod sent every gradient, as configured
         self.scaler.update()
         return total
+
+    def _powersgd_step(self) -> None:
+        """Horovod: PowerSGD averages the gradients (blocking: nothing overlaps backward)."""
+        for p in self.params:
+            if p.grad is None:  # an unused parameter still takes its part in the all-reduces
+                p.grad = torch.zeros_like(p)
+        started = time.perf_counter()
+        scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
+        self.reducer.reduce_([p.grad for p in self.params], scale)
+        self.last_allreduce_wait = time.perf_counter() - started
+        self._unscale_and_clip()
+        self.scaler.step(self.optimizer)
 
     def _unscale_and_clip(self) -> None:
         if self.scaler.is_enabled():
@@ -168,8 +196,11 @@ class TorchBackend(Backend):
                 buffer.copy_(value)
 
     def save(self, directory: Path) -> None:
-        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                    "scaler": self.scaler.state_dict()}, directory / CHECKPOINT_FILE)
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "scaler": self.scaler.state_dict()}
+        if self.reducer is not None:
+            state["powersgd"] = self.reducer.state_dict()
+        torch.save(state, directory / CHECKPOINT_FILE)
 
     def load(self, directory: Path) -> None:
         path = directory / CHECKPOINT_FILE
@@ -178,6 +209,8 @@ class TorchBackend(Backend):
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             self.scaler.load_state_dict(state["scaler"])
+            if self.reducer is not None:
+                self.reducer.load_state_dict(state["powersgd"])
         except (OSError, RuntimeError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as err:
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise UserError(f"cannot load {path}: {reason}") from None
@@ -185,6 +218,17 @@ class TorchBackend(Backend):
     def broadcast_state(self) -> None:
         hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)  # Horovod
         hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)  # Horovod
+        if self.reducer is not None:  # Horovod: rank 0's PowerSGD Q, error and step count
+            for tensor in self.reducer.state_tensors():
+                hvd.broadcast_(tensor, root_rank=0)
+            self.reducer.step = hvd.broadcast_object(self.reducer.step, root_rank=0, name="powersgd.step")
+
+    def prepare_checkpoint(self) -> None:
+        if self.reducer is not None:
+            self.reducer.average_errors_()  # Horovod: one error for all ranks, training unchanged
+
+    def communication(self) -> dict:
+        return self.counter.summary()
 
     def weights(self) -> dict[str, np.ndarray]:
         return {name: t.detach().cpu().float().numpy() for name, t in self.model.state_dict().items()}

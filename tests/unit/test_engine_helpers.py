@@ -1,7 +1,7 @@
 """hvdcls.engine's pure helpers: micro-batch grouping, per-rank seeds, exact metric reduction."""
 import pytest
 
-from hvdcls.engine import Reduced, epoch_seed, grouped
+from hvdcls.engine import EpochTimes, Reduced, epoch_seed, grouped
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 6])
@@ -65,3 +65,12 @@ def test_reduced_rounds_float_counts():
 
 def test_reduced_of_nothing_does_not_divide_by_zero():
     assert Reduced.from_sums([0.0, 0.0, 0.0]) == Reduced(loss=0.0, accuracy=0.0, count=0)
+
+
+def test_epoch_bytes_per_step_from_the_backends_counter():
+    times = EpochTimes(sent_before=(1000, 4))
+    times.close((1000 + 3 * 250, 7))
+    assert times.bytes_per_step == 250
+    uncounted = EpochTimes(sent_before=None)
+    uncounted.close(None)
+    assert uncounted.bytes_per_step is None

@@ -1,0 +1,132 @@
+"""PowerSGD for torch gradients: the tensor operations of hvdcls/powersgd.py.
+
+Mirror: tf_backend/compression.py. Replaces hvd.DistributedOptimizer's reduction: after the
+backward passes, `reduce_(grads)` turns each rank's gradients into the ranks' (compressed)
+average in place, with three grouped asynchronous Horovod all-reduces (the uncompressed
+gradients, all Ps, all Qs) so that the uncompressed one travels while P and Q are computed.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+from hvdcls import powersgd
+from hvdcls.config import PowerSGDConfig
+
+# (tensors, name) -> a handle; handle -> the ranks' averages, in order.
+Start = Callable[[list, str], object]
+Wait = Callable[[object], list]
+
+
+def horovod_exchange() -> tuple[Start, Wait]:
+    import horovod.torch as hvd
+
+    def start(tensors: list, name: str):
+        return hvd.grouped_allreduce_async(tensors, op=hvd.Average, name=name)  # Horovod
+
+    return start, hvd.synchronize  # Horovod
+
+
+def local_exchange() -> tuple[Start, Wait]:
+    """One process, no Horovod: the average of one rank is itself."""
+    return (lambda tensors, name: tensors), (lambda handle: handle)
+
+
+def orthogonalise_(p: torch.Tensor) -> None:
+    """Modified Gram-Schmidt over the columns, in place (as powersgd.orthogonalise)."""
+    for i in range(p.shape[1]):
+        column = p[:, i:i + 1]
+        column /= torch.linalg.vector_norm(column) + powersgd.GRAM_SCHMIDT_EPS
+        if i + 1 < p.shape[1]:
+            rest = p[:, i + 1:]
+            rest -= column @ (column.T @ rest)
+
+
+class PowerSGDReducer:
+    """Error feedback and warm-start Q per compressed gradient; `step` counts reductions."""
+
+    def __init__(self, shapes: list[tuple], settings: PowerSGDConfig, device: torch.device,
+                 exchange: Optional[tuple[Start, Wait]] = None):
+        self.plans = powersgd.plan(shapes, settings.rank, settings.min_compression_rate,
+                                   channels_last=False)
+        self.start_iter, self.fp16 = settings.start_iter, settings.fp16
+        self.start, self.wait = exchange or horovod_exchange()
+        self.compressed = [i for i, p in enumerate(self.plans) if p.compressed]
+        self.dense = [i for i, p in enumerate(self.plans) if not p.compressed]
+        self.qs = {i: torch.from_numpy(powersgd.initial_q(self.plans[i].matrix[1], self.plans[i].rank, i))
+                   .to(device) for i in self.compressed}
+        self.errors = {i: torch.zeros(self.plans[i].matrix, device=device) for i in self.compressed}
+        self.step = 0
+        self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
+
+    def reduce_(self, grads: list[torch.Tensor], scale: float = 1.0) -> None:
+        """Average `grads` over ranks in place. `scale` is the loss scale the gradients carry
+        (mixed precision): the error feedback is kept unscaled, so a new scale does not skew it."""
+        if self.step < self.start_iter:  # warm-up: the plain average of everything
+            self.counter.add(self._average_(grads, range(len(grads)), "powersgd.warmup"))
+        else:
+            handle, sent = self._start(grads, self.dense, "powersgd.dense")
+            sent += self._compress_(grads, scale)
+            self._finish_(grads, self.dense, handle)
+            self.counter.add(sent)
+        self.step += 1
+
+    def _start(self, grads, indices, name):
+        tensors = [grads[i].reshape(-1) for i in indices]
+        return self.start(tensors, name) if tensors else None, sum(t.numel() * t.element_size() for t in tensors)
+
+    def _finish_(self, grads, indices, handle) -> None:
+        if handle is not None:
+            for i, value in zip(indices, self.wait(handle)):
+                grads[i].copy_(value.view_as(grads[i]))
+
+    def _average_(self, grads, indices, name) -> int:
+        handle, sent = self._start(grads, list(indices), name)
+        self._finish_(grads, list(indices), handle)
+        return sent
+
+    def _compress_(self, grads: list[torch.Tensor], scale: float) -> int:
+        if not self.compressed:
+            return 0
+        ms = [grads[i].reshape(self.plans[i].matrix) + self.errors[i] * scale for i in self.compressed]
+        ps, sent_p = self._allreduce([m @ self.qs[i] for m, i in zip(ms, self.compressed)], "powersgd.p")
+        for p in ps:
+            orthogonalise_(p)
+        qs, sent_q = self._allreduce([m.T @ p for m, p in zip(ms, ps)], "powersgd.q")
+        for i, m, p, q in zip(self.compressed, ms, ps, qs):
+            approx = p @ q.T
+            self.qs[i] = q
+            if torch.isfinite(approx).all():  # an overflowed fp16 step is skipped: keep the error
+                self.errors[i] = (m - approx) / scale
+            grads[i].copy_(approx.view_as(grads[i]))
+        return sent_p + sent_q
+
+    def _allreduce(self, tensors: list[torch.Tensor], name: str) -> tuple[list, int]:
+        """The ranks' averages (float32), sent in float16 when so configured; and bytes sent."""
+        sent = [t.half() for t in tensors] if self.fp16 else tensors
+        averaged = [t.float() for t in self.wait(self.start(sent, name))]
+        return averaged, sum(t.numel() * t.element_size() for t in sent)
+
+    def average_errors_(self) -> None:
+        """Every rank's error <- the ranks' mean error: what a checkpoint keeps. Training does
+        not change (only the mean error enters the averaged M)."""
+        if self.compressed:
+            errors = self.wait(self.start([self.errors[i] for i in self.compressed], "powersgd.errors"))
+            self.errors.update(zip(self.compressed, errors))
+
+    def state_dict(self) -> dict:
+        return {"step": self.step, "qs": [self.qs[i] for i in self.compressed],
+                "errors": [self.errors[i] for i in self.compressed]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if len(state["qs"]) != len(self.compressed):
+            raise ValueError(f"PowerSGD state for {len(state['qs'])} compressed tensors, "
+                             f"the model has {len(self.compressed)}")
+        self.step = int(state["step"])
+        for i, q, error in zip(self.compressed, state["qs"], state["errors"]):
+            self.qs[i], self.errors[i] = q.clone(), error.clone()
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """Q and error tensors, for Horovod's broadcast and averaging."""
+        return [self.qs[i] for i in self.compressed] + [self.errors[i] for i in self.compressed]
