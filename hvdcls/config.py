@@ -91,6 +91,8 @@ class TrainingConfig:
     eval_only: bool = False  # evaluate the resumed checkpoint on the validation split, then stop
     log_every: int = 50  # steps between progress lines (when progress is plain lines)
     profile_steps: int = 0  # profile this many steps of the first epoch (torch/TF profiler); 0: off
+    elastic: bool = False  # Horovod elastic mode (horovodrun --min-np/--max-np/--host-discovery-script)
+    commit_every: int = 20  # elastic: commit training state every N steps (and at each epoch end)
 
 
 @dataclass
@@ -144,7 +146,7 @@ CHOICES = {
     "output.progress": ("auto", "bar", "lines", "quiet"),
 }
 POSITIVE = ("data.image_size", "data.synthetic.num_samples", "data.synthetic.num_classes",
-            "training.epochs", "training.batch_size", "training.log_every",
+            "training.epochs", "training.batch_size", "training.log_every", "training.commit_every",
             "horovod.backward_passes_per_step", "output.keep_checkpoints", "schedule.step_size")
 NON_NEGATIVE = ("data.workers", "optimizer.lr", "optimizer.momentum", "optimizer.weight_decay",
                 "schedule.warmup_epochs", "schedule.min_lr_factor", "output.checkpoint_every",
@@ -289,6 +291,9 @@ def validate(config: Config) -> None:
         raise UserError("config optimizer.nesterov=true needs optimizer.momentum > 0")
     if config.training.eval_only and not config.training.resume:
         raise UserError("config training.eval_only=true needs a checkpoint to evaluate: --resume PATH")
+    if config.training.elastic and config.training.eval_only:
+        raise UserError("config training.elastic=true with training.eval_only=true: evaluation "
+                        "alone has nothing to recover, drop training.elastic")
     port = config.output.metrics_port
     if port is not None and not 0 <= port <= 65535:
         raise UserError(f"config output.metrics_port={port}: a TCP port in [0, 65535] (0: any free port)")

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from hvdcls import __version__, checkpoint, config as cfg, datasets, horovod_env, registry
+from hvdcls import __version__, checkpoint, config as cfg, datasets, elastic, horovod_env, registry
 from hvdcls.backend import Backend, Context, weights_digest
 from hvdcls.engine import Trainer
 from hvdcls.errors import UserError
@@ -66,6 +66,9 @@ def train(config: cfg.Config, backend_name: str) -> dict:
     backend = registry.create_backend(backend_name)
     ctx = backend.init(config)
     check_controller(config, ctx)
+    if config.training.elastic:
+        return train_elastic(config, backend_name, backend, ctx, data, num_classes,
+                             horovod_settings, started)
     resumed = on_main_then_share(backend, ctx, lambda: read_resume(config, backend_name), "resume")
     outputs = RunOutputs(choose_run_dir(config, backend_name, resumed), enabled=ctx.is_main)
     outputs.say(f"hvdcls {__version__}: {backend_name} backend, {ctx.size} process(es) "
@@ -88,6 +91,43 @@ def train(config: cfg.Config, backend_name: str) -> dict:
         outputs.write_summary(summary)
         outputs.say(f"done: val accuracy {summary['val_accuracy']:.4f} "
                     f"(best {summary['best_val_accuracy']:.4f}), {summary['images_per_sec']:.1f} img/s, "
+                    f"{summary['wall_seconds']:.1f} s; outputs in {outputs.run_dir}")
+        monitor.finish()
+    return summary
+
+
+def train_elastic(config: cfg.Config, backend_name: str, backend: Backend, ctx: Context,
+                  data: datasets.Data, num_classes: int, horovod_settings: dict,
+                  started: float) -> dict:
+    """train() under Horovod's elastic mode (hvdcls.elastic). Until the elastic loop syncs,
+    no rank may run a collective: a worker added later starts here while the others are
+    inside the loop, so every rank reads --resume itself and rank 0 makes its watchers alone."""
+    resumed = read_resume(config, backend_name)
+    run_dir = choose_run_dir(config, backend_name, resumed)
+    outputs = RunOutputs(run_dir, enabled=ctx.is_main)
+    outputs.say(f"hvdcls {__version__}: {backend_name} backend, elastic, {ctx.size} process(es) "
+                f"({ctx.controller}), {data.name}: {len(data.train)} train / {len(data.val)} val "
+                f"images, {num_classes} classes -> {run_dir}")
+    backend.seed(config.training.seed)
+    model_info = backend.build(config, num_classes)
+    start_epoch, history = 0, []
+    if resumed is not None:
+        backend.load(resumed.directory)  # every rank: the elastic sync needs no broadcast here
+        start_epoch, history = resumed.state["epoch"], resumed.state["history"]
+    sinks = make_sinks(config, backend_name, outputs) if ctx.is_main else []
+    with Monitor(sinks) as monitor:
+        outputs.write_config(cfg.to_yaml(config))
+        trainer, state, recoveries = elastic.run(config, backend, data, run_dir, monitor,
+                                                 start_epoch, history)
+        ctx, outputs = trainer.ctx, trainer.outputs  # the world the run ended in
+        summary = make_summary(config, ctx, data, model_info, horovod_settings, state.history,
+                               started, resumed)
+        summary["elastic"] = recoveries
+        summary["rank_weight_digests"] = rank_weight_digests(backend)
+        summary["rank_hosts"] = backend.allgather_object(socket.gethostname(), "rank_hosts")
+        outputs.write_summary(summary)
+        outputs.say(f"done: val accuracy {summary['val_accuracy']:.4f}, {summary['elastic']['resets']} "
+                    f"reset(s), {summary['elastic']['steps_lost']} step(s) lost, "
                     f"{summary['wall_seconds']:.1f} s; outputs in {outputs.run_dir}")
         monitor.finish()
     return summary
