@@ -11,8 +11,18 @@ from typing import Any, Callable
 import horovod.torch as hvd
 
 
-def make_state(model, optimizer, progress: dict) -> hvd.elastic.TorchState:
-    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, **progress)
+class TorchState(hvd.elastic.TorchState):
+    def sync(self) -> None:
+        # Horovod's optimizer broadcast takes a zero-gradient step on a worker whose optimizer
+        # has no state yet (one that just joined); with weight decay that step moves its
+        # weights, and TorchState broadcasts the weights *before* the optimizer, so the new
+        # worker would train on weights no other rank has. Optimizer first, weights after.
+        hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)
+        super().sync()
+
+
+def make_state(model, optimizer, progress: dict) -> TorchState:
+    state = TorchState(model=model, optimizer=optimizer, **progress)
     state.save()  # Horovod: a failure before the first commit rolls back to the start
     return state
 

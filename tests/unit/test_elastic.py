@@ -1,0 +1,53 @@
+"""hvdcls.elastic's framework-free parts: progress, seeds, the kill hook, recovery accounting."""
+import signal
+from types import SimpleNamespace
+
+import pytest
+
+from hvdcls import elastic
+from hvdcls.backend import Context
+
+
+def test_initial_progress_starts_an_epoch_and_copies_history():
+    history = [{"epoch": 1}]
+    progress = elastic.initial_progress(1, history)
+    assert (progress["epoch"], progress["consumed"], progress["global_step"]) == (1, 0, 0)
+    assert progress["history"] == history and progress["history"] is not history
+
+
+def test_attempt_seed_differs_by_point_in_the_epoch_and_rank():
+    seeds = {elastic.attempt_seed(0, 1, rank, consumed) for rank in (0, 1) for consumed in (0, 64)}
+    assert len(seeds) == 4
+    assert elastic.attempt_seed(0, 1, 0, 64) == elastic.attempt_seed(0, 1, 0, 64)
+
+
+def test_kill_hook_fires_once_on_its_rank_and_step(tmp_path, monkeypatch):
+    killed = []
+    monkeypatch.setattr(elastic.os, "kill", lambda pid, sig: killed.append(sig))
+    marker = tmp_path / "killed"
+    environ = {elastic.KILL_HOOK_ENV: f"1:12:{marker}"}
+    elastic.kill_if_asked(0, 12, environ)
+    elastic.kill_if_asked(1, 11, environ)
+    assert killed == [] and not marker.exists()
+    elastic.kill_if_asked(1, 12, environ)
+    assert killed == [signal.SIGKILL] and marker.exists()
+    elastic.kill_if_asked(1, 12, environ)  # a replacement worker reaching step 12 again lives
+    assert killed == [signal.SIGKILL]
+    elastic.kill_if_asked(1, 12, {})
+
+
+def test_recoveries_count_lost_steps_and_the_gap(monkeypatch):
+    clock = iter([10.0, 11.0, 20.0, 21.0])
+    monkeypatch.setattr(elastic.time, "perf_counter", lambda: next(clock))
+    ctx = Context("torch", 0, 1, 0, 1, "gloo", "cpu", 1)
+    recoveries = elastic.Recoveries()
+    recoveries.restarted(SimpleNamespace(global_step=0, epoch=0), ctx)
+    recoveries.step_started()
+    recoveries.step_done()  # t=10
+    recoveries.step_done()  # t=11, then the world breaks; the state rolls back to step 1
+    recoveries.restarted(SimpleNamespace(global_step=1, epoch=0), ctx)
+    recoveries.step_started()  # t=20: 9 s without training
+    recoveries.step_done()
+    summary = recoveries.summary(SimpleNamespace(global_step=2), commit_every=1)
+    assert summary["resets"] == 1 and summary["recoveries"][0]["seconds"] == pytest.approx(9.0)
+    assert (summary["steps_run"], summary["steps_kept"], summary["steps_lost"]) == (3, 2, 1)
