@@ -4,7 +4,7 @@ backends, on this one machine.
 Horovod blacklists the *host* of a failed worker and stops the job once every host in use is
 blacklisted, so a one-host job can never recover. The machine is therefore listed under two of
 its names (`localhost:1`, `127.0.0.1:1`): Horovod sees two hosts and drops only the failed one.
-A worker is killed by the test hook (hvdcls.elastic.KILL_HOOK_ENV): rank 1 SIGKILLs itself
+Every name is this machine's, so the interface is `lo`. A worker is killed by the test hook (hvdcls.elastic.KILL_HOOK_ENV): rank 1 SIGKILLs itself
 after a given global step, mid-epoch and between two commits.
 """
 import os
@@ -44,7 +44,8 @@ def start(tmp_path: Path, backend: str, np: int, min_np: int, hosts: str, *args:
                                     "--output-dir", str(out), "--epochs", str(epochs), "--quiet",
                                     "training.elastic=true", f"training.commit_every={COMMIT_EVERY}",
                                     *args)
-    cmd = launch.horovodrun_elastic(np, min_np, 2, str(script), command, **options)
+    cmd = launch.horovodrun_elastic(np, min_np, 2, str(script), command, network_interface="lo",
+                                    **options)
     job = subprocess.Popen(cmd, env={**launch.single_host_env(), **(env or {})}, cwd=tmp_path,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return job, out, hosts_file
@@ -111,8 +112,8 @@ def test_killed_worker_costs_at_most_one_commit_interval(undisturbed, tmp_path):
     assert len(set(summary["rank_weight_digests"])) == 1
 
 
-def test_host_added_by_discovery_is_used(undisturbed, tmp_path):
-    backend, _ = undisturbed
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_host_added_by_discovery_is_used(backend, tmp_path):
     job, out, hosts_file = start(tmp_path, backend, 1, 1, "localhost:1\n", epochs=2)
     deadline = time.monotonic() + 300
     while not (out / "metrics.jsonl").exists() and job.poll() is None and time.monotonic() < deadline:
@@ -127,8 +128,8 @@ def test_host_added_by_discovery_is_used(undisturbed, tmp_path):
     check_epochs_read_each_sample_at_most_once(out)
 
 
-def test_world_below_min_np_ends_the_job_with_a_message(undisturbed, tmp_path):
-    backend, _ = undisturbed
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_world_below_min_np_ends_the_job_with_a_message(backend, tmp_path):
     hook, marker = kill_hook(tmp_path, step=5)
     # No blacklist cooldown: the failed host stays out, one worker is left of the two needed.
     job, out, _ = start(tmp_path, backend, 2, 2, TWO_HOSTS, env=hook, epochs=2,

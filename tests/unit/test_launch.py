@@ -19,7 +19,8 @@ def test_horovodrun_elastic_command_lets_a_failed_host_back():
     assert cmd[1:] == ["-np", "2", "--min-np", "1", "--max-np", "3", "--host-discovery-script",
                        "./hosts.sh", "--elastic-timeout", "60", "--gloo",
                        "--blacklist-cooldown-range", "2", "5", "hvdcls", "train"]
-    assert "--blacklist-cooldown-range" not in launch.horovodrun_elastic(1, 1, 1, "d", [], cooldown=None)
+    alone = launch.horovodrun_elastic(1, 1, 1, "d", [], cooldown=None, network_interface="lo")
+    assert "--blacklist-cooldown-range" not in alone and alone[-2:] == ["--network-interface", "lo"]
 
 
 def test_mpirun_command_has_horovods_recommended_flags(monkeypatch):
