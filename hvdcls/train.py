@@ -86,9 +86,7 @@ def train(config: cfg.Config, backend_name: str) -> dict:
         history = Trainer(config, backend, ctx, data, outputs, monitor).run(start_epoch, history)
         summary = make_summary(config, ctx, data, model_info, horovod_settings, history, started,
                                resumed)
-        summary["rank_weight_digests"] = rank_weight_digests(backend)
-        summary["rank_hosts"] = backend.allgather_object(socket.gethostname(), "rank_hosts")
-        outputs.write_summary(summary)
+        outputs.write_summary(with_rank_facts(summary, backend))
         outputs.say(f"done: val accuracy {summary['val_accuracy']:.4f} "
                     f"(best {summary['best_val_accuracy']:.4f}), {summary['images_per_sec']:.1f} img/s, "
                     f"{summary['wall_seconds']:.1f} s; outputs in {outputs.run_dir}")
@@ -123,9 +121,7 @@ def train_elastic(config: cfg.Config, backend_name: str, backend: Backend, ctx: 
         summary = make_summary(config, ctx, data, model_info, horovod_settings, state.history,
                                started, resumed)
         summary["elastic"] = recoveries
-        summary["rank_weight_digests"] = rank_weight_digests(backend)
-        summary["rank_hosts"] = backend.allgather_object(socket.gethostname(), "rank_hosts")
-        outputs.write_summary(summary)
+        outputs.write_summary(with_rank_facts(summary, backend))
         outputs.say(f"done: val accuracy {summary['val_accuracy']:.4f}, {summary['elastic']['resets']} "
                     f"reset(s), {summary['elastic']['steps_lost']} step(s) lost, "
                     f"{summary['wall_seconds']:.1f} s; outputs in {outputs.run_dir}")
@@ -176,6 +172,13 @@ def restore(backend: Backend, ctx: Context, resumed: Optional[checkpoint.Resumed
     backend.broadcast_state()  # Horovod: every rank continues from rank 0's checkpoint
     outputs.say(f"resumed from {resumed.directory} after epoch {resumed.state['epoch']}")
     return resumed.state["epoch"], resumed.state["history"]
+
+
+def with_rank_facts(summary: dict, backend: Backend) -> dict:
+    """`summary` plus every rank's model digest and host (collectives: every rank calls this)."""
+    summary["rank_weight_digests"] = rank_weight_digests(backend)
+    summary["rank_hosts"] = backend.allgather_object(socket.gethostname(), "rank_hosts")
+    return summary
 
 
 def rank_weight_digests(backend: Backend) -> list[str]:
