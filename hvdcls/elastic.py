@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from hvdcls import checkpoint
+from hvdcls import checkpoint, schedule
 from hvdcls.backend import Backend, Context
 from hvdcls.batches import EpochBatches
 from hvdcls.config import Config
@@ -46,6 +46,19 @@ def initial_progress(start_epoch: int, history: list[dict]) -> dict:
 def attempt_seed(seed: int, epoch: int, rank: int, consumed: int) -> int:
     """Framework RNG seed for one rank from one point of an epoch: a restart draws afresh."""
     return int(np.random.SeedSequence([seed, epoch, rank, consumed]).generate_state(1)[0])
+
+
+def schedule_position(epoch: int, consumed: int, shards: ElasticShards) -> float:
+    """Where the learning-rate schedule stands, counted in steps of the world as it is now:
+    the same fraction of the run whatever world trained before."""
+    return epoch * shards.steps_per_epoch + consumed / shards.per_step
+
+
+def world_schedule(config: Config, shards: ElasticShards) -> schedule.LRSchedule:
+    """Horovod: the rate follows the world as it is now (peak x size, this size's steps)."""
+    return schedule.build(config.optimizer, config.schedule, world_size=shards.world_size,
+                          backward_passes=shards.backward_passes,
+                          steps_per_epoch=shards.steps_per_epoch, epochs=config.training.epochs)
 
 
 def kill_if_asked(rank: int, global_step: int, environ=os.environ) -> None:
@@ -130,10 +143,11 @@ class ElasticTrainer:
         total, since_commit, started, times = None, 0, time.perf_counter(), EpochTimes()
         loss_reads = LossReads(training.log_every)
         first = state.consumed / shards.per_step  # this world's steps already done this epoch
+        position = schedule_position(epoch, state.consumed, shards)
+        lr_at = world_schedule(self.config, shards)
         for micro in grouped(loader, trainer.passes):
             self.recoveries.step_started()
-            # Horovod: the rate follows the world as it is now (peak x size, this size's steps).
-            lr = trainer.lr_at(epoch * shards.steps_per_epoch + first + since_commit)
+            lr = lr_at(position + since_commit)
             step = int(first) + since_commit
             sample = trainer.timed_step(epoch, step, micro, lr, loader.take(), loss_reads)
             self.recoveries.step_done()
@@ -145,7 +159,7 @@ class ElasticTrainer:
                 self.advance(state, total, since_commit, shards.per_step, started)
                 state.lr = lr
                 state.commit()  # Horovod: a snapshot to roll back to; raises on host changes
-                first += since_commit
+                first, position = first + since_commit, position + since_commit
                 total, since_commit, started = None, 0, time.perf_counter()
         if since_commit:
             self.advance(state, total, since_commit, shards.per_step, started)

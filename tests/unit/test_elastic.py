@@ -51,3 +51,20 @@ def test_recoveries_count_lost_steps_and_the_gap(monkeypatch):
     summary = recoveries.summary(SimpleNamespace(global_step=2), commit_every=1)
     assert summary["resets"] == 1 and summary["recoveries"][0]["seconds"] == pytest.approx(9.0)
     assert (summary["steps_run"], summary["steps_kept"], summary["steps_lost"]) == (3, 2, 1)
+
+
+def test_learning_rate_follows_the_world_size_at_the_same_point_of_the_run():
+    """Half the epoch done by 2 workers, then 1 takes over: the schedule stands at the same
+    fraction of the run, and the linearly scaled peak halves."""
+    from hvdcls import config as cfg
+    from hvdcls.sharding import ElasticShards
+
+    config = cfg.load(overrides=["schedule.warmup_epochs=0", "training.epochs=4"])
+    two, one = (ElasticShards(1280, world, 0, 32) for world in (2, 1))
+    consumed = 640
+    at_two = elastic.schedule_position(1, consumed, two)
+    at_one = elastic.schedule_position(1, consumed, one)
+    assert at_two / (4 * two.steps_per_epoch) == at_one / (4 * one.steps_per_epoch) == 1.5 / 4
+    lr_two = elastic.world_schedule(config, two)(at_two)
+    lr_one = elastic.world_schedule(config, one)(at_one)
+    assert lr_one == pytest.approx(lr_two / 2) and lr_one > 0
