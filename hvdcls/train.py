@@ -86,11 +86,8 @@ def train(config: cfg.Config, backend_name: str) -> dict:
         history = Trainer(config, backend, ctx, data, outputs, monitor).run(start_epoch, history)
         summary = make_summary(config, ctx, data, model_info, horovod_settings, history, started,
                                resumed)
-        outputs.write_summary(with_rank_facts(summary, backend))
-        outputs.say(f"done: val accuracy {summary['val_accuracy']:.4f} "
-                    f"(best {summary['best_val_accuracy']:.4f}), {summary['images_per_sec']:.1f} img/s, "
-                    f"{summary['wall_seconds']:.1f} s; outputs in {outputs.run_dir}")
-        monitor.finish()
+        publish(with_rank_facts(summary, backend), outputs, monitor,
+                f"(best {summary['best_val_accuracy']:.4f}), {summary['images_per_sec']:.1f} img/s")
     return summary
 
 
@@ -121,12 +118,17 @@ def train_elastic(config: cfg.Config, backend_name: str, backend: Backend, ctx: 
         summary = make_summary(config, ctx, data, model_info, horovod_settings, state.history,
                                started, resumed)
         summary["elastic"] = recoveries
-        outputs.write_summary(with_rank_facts(summary, backend))
-        outputs.say(f"done: val accuracy {summary['val_accuracy']:.4f}, {summary['elastic']['resets']} "
-                    f"reset(s), {summary['elastic']['steps_lost']} step(s) lost, "
-                    f"{summary['wall_seconds']:.1f} s; outputs in {outputs.run_dir}")
-        monitor.finish()
+        publish(with_rank_facts(summary, backend), outputs, monitor,
+                f"({recoveries['resets']} reset(s), {recoveries['steps_lost']} step(s) lost)")
     return summary
+
+
+def publish(summary: dict, outputs: RunOutputs, monitor: Monitor, details: str) -> None:
+    """The run's end on rank 0: summary.json, the closing line, the watchers' last word."""
+    outputs.write_summary(summary)
+    outputs.say(f"done: val accuracy {summary['val_accuracy']:.4f} {details}, "
+                f"{summary['wall_seconds']:.1f} s; outputs in {outputs.run_dir}")
+    monitor.finish()
 
 
 def make_sinks(config: cfg.Config, backend_name: str, outputs: RunOutputs) -> list[Sink]:
