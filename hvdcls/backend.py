@@ -14,7 +14,7 @@ import abc
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ContextManager, Iterable, NamedTuple, Optional
+from typing import Any, Callable, ContextManager, Iterable, NamedTuple, Optional
 
 from hvdcls.batches import EpochBatches
 from hvdcls.config import Config
@@ -59,7 +59,8 @@ class Backend(abc.ABC):
         """Make model + optimizer, wrap them for Horovod and broadcast rank 0's initial state.
 
         Returns a description for summary.json (model parameters, Horovod settings in force).
-        An unknown model name is a UserError.
+        An unknown model name is a UserError. With training.elastic the broadcast is left to
+        the elastic state's sync: a worker joining later must run no collective of its own.
         """
 
     @abc.abstractmethod
@@ -110,6 +111,18 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def weights(self) -> dict[str, Any]:
         """Model state (trained weights and buffers) as numpy arrays, by name."""
+
+    @abc.abstractmethod
+    def elastic_state(self, progress: dict) -> Any:
+        """A Horovod elastic State holding the model, the optimizer and `progress` (picklable
+        values, read and set as attributes): saved by commit(), put back on a worker failure,
+        broadcast from rank 0 on every (re)start."""
+
+    @abc.abstractmethod
+    def elastic_run(self, state: Any, attempt: Callable[[Any, Context], Any]) -> Any:
+        """Call attempt(state, context) under Horovod's elastic retry: after a worker fails or
+        hosts change, Horovod is re-initialised, `state` restored and synced, and `attempt`
+        called again with the new world's Context. Returns the last attempt's result."""
 
     @abc.abstractmethod
     def allreduce_wait_seconds(self) -> Optional[float]:

@@ -95,6 +95,8 @@ class TrainingConfig:
     eval_only: bool = False  # evaluate the resumed checkpoint on the validation split, then stop
     log_every: int = 50  # steps between progress lines (when progress is plain lines)
     profile_steps: int = 0  # profile this many steps of the first epoch (torch/TF profiler); 0: off
+    elastic: bool = False  # Horovod elastic mode (horovodrun --min-np/--max-np/--host-discovery-script)
+    commit_every: int = 20  # elastic: commit training state every N steps (and at each epoch end)
 
 
 @dataclass
@@ -165,7 +167,7 @@ CHOICES = {
     "output.progress": ("auto", "bar", "lines", "quiet"),
 }
 POSITIVE = ("data.image_size", "data.synthetic.num_samples", "data.synthetic.num_classes",
-            "training.epochs", "training.batch_size", "training.log_every",
+            "training.epochs", "training.batch_size", "training.log_every", "training.commit_every",
             "horovod.backward_passes_per_step", "output.keep_checkpoints", "schedule.step_size",
             "horovod.powersgd.rank")
 NON_NEGATIVE = ("data.workers", "optimizer.lr", "optimizer.momentum", "optimizer.weight_decay",
@@ -327,6 +329,9 @@ def validate(config: Config) -> None:
         raise UserError("config optimizer.nesterov=true needs optimizer.momentum > 0")
     if config.training.eval_only and not config.training.resume:
         raise UserError("config training.eval_only=true needs a checkpoint to evaluate: --resume PATH")
+    if config.training.elastic and config.training.eval_only:
+        raise UserError("config training.elastic=true with training.eval_only=true: evaluation "
+                        "alone has nothing to recover, drop training.elastic")
     port = config.output.metrics_port
     if port is not None and not 0 <= port <= 65535:
         raise UserError(f"config output.metrics_port={port}: a TCP port in [0, 65535] (0: any free port)")
@@ -336,6 +341,10 @@ def validate(config: Config) -> None:
     if config.horovod.compression == "powersgd" and config.horovod.op == "adasum":
         raise UserError("config horovod.compression=powersgd averages P and Q: it cannot be combined "
                         "with horovod.op=adasum")
+    if config.horovod.compression == "powersgd" and config.training.elastic:
+        # A worker that joins after a reset would start from another Q and no error feedback.
+        raise UserError("config horovod.compression=powersgd with training.elastic=true: the "
+                        "PowerSGD state is not part of the elastic state yet; use one or the other")
     if not 0 <= config.training.label_smoothing < 1:
         raise UserError(f"config training.label_smoothing={config.training.label_smoothing}: "
                         "must be in [0, 1)")

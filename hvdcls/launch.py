@@ -34,6 +34,30 @@ def horovodrun(np: int, command: list[str], hosts: dict[str, int] | None = None,
             f"--{controller}", *command]
 
 
+# Horovod blacklists the host of a failed worker for good unless told otherwise; on one machine
+# that is the only host, and the job would wait out --elastic-timeout. A cooldown lets it back.
+BLACKLIST_COOLDOWN_SECONDS = (2, 5)
+
+
+def horovodrun_elastic(np: int, min_np: int, max_np: int, discovery_script: str,
+                       command: list[str], elastic_timeout: int = 60,
+                       cooldown: tuple[int, int] | None = BLACKLIST_COOLDOWN_SECONDS,
+                       network_interface: str | None = None) -> list[str]:
+    """`horovodrun` in elastic mode: hosts come from `discovery_script` (prints host:slots
+    lines), the job runs while at least `min_np` workers are left and ends with an error when
+    fewer than `min_np` slots stay available for `elastic_timeout` seconds. Name the network
+    interface when the job may start on one host: Horovod otherwise waits for a second one
+    to agree on an interface with."""
+    cmd = [venv_tool("horovodrun"), "-np", str(np), "--min-np", str(min_np), "--max-np", str(max_np),
+           "--host-discovery-script", discovery_script, "--elastic-timeout", str(elastic_timeout),
+           "--gloo"]
+    if cooldown:
+        cmd += ["--blacklist-cooldown-range", str(cooldown[0]), str(cooldown[1])]
+    if network_interface:
+        cmd += ["--network-interface", network_interface]
+    return cmd + command
+
+
 def mpirun(np: int, command: list[str], hosts: dict[str, int] | None = None,
            env: dict[str, str] | None = None, extra_env: tuple[str, ...] = ()) -> list[str]:
     """The OpenMPI command line Horovod's documentation recommends.

@@ -62,6 +62,46 @@ class TrainShards:
         return [mine[i:i + self.batch_size] for i in range(0, len(mine), self.batch_size)]
 
 
+@dataclass(frozen=True)
+class ElasticShards:
+    """The rest of one epoch, dealt over the world as it is now (elastic training).
+
+    `consumed` samples of the epoch's permutation are done: exactly its first `consumed`
+    entries, because each step takes the next batch_size x backward_passes x world_size
+    entries dealt round-robin. After a change of world size the rest is dealt over the new
+    world, so within an epoch no sample is read twice and none is skipped except the last
+    incomplete step's (fewer than one step's worth). No wrap-around padding: that would
+    read samples twice.
+    """
+
+    num_samples: int
+    world_size: int
+    rank: int
+    batch_size: int
+    backward_passes: int = 1
+    seed: int = 0
+
+    @property
+    def per_step(self) -> int:
+        """Samples one optimizer step consumes over the whole world."""
+        return self.batch_size * self.backward_passes * self.world_size
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Steps of a whole epoch at this world size."""
+        return self.num_samples // self.per_step
+
+    def remaining_steps(self, consumed: int) -> int:
+        return (self.num_samples - consumed) // self.per_step
+
+    def batches(self, epoch: int, consumed: int) -> list[np.ndarray]:
+        """This rank's micro-batches for the rest of `epoch` after `consumed` samples."""
+        rest = epoch_permutation(self.num_samples, self.seed, epoch)[consumed:]
+        used = self.remaining_steps(consumed) * self.per_step
+        mine = rest[:used][self.rank::self.world_size]
+        return [mine[i:i + self.batch_size] for i in range(0, len(mine), self.batch_size)]
+
+
 def eval_indices(num_samples: int, world_size: int, rank: int) -> np.ndarray:
     return np.arange(rank, num_samples, world_size)
 

@@ -19,7 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Optional
 
-from hvdcls import __version__, bad_files, checkpoint, config as cfg, datasets, horovod_env, registry
+from hvdcls import (__version__, bad_files, checkpoint, config as cfg, datasets, elastic,
+                    horovod_env, registry)
 from hvdcls.backend import Backend, Context, weights_digest
 from hvdcls.engine import Trainer
 from hvdcls.errors import JobStopped, UserError
@@ -67,6 +68,9 @@ def train(config: cfg.Config, backend_name: str) -> dict:
     backend = registry.create_backend(backend_name)
     ctx = backend.init(config)
     check_controller(config, ctx)
+    if config.training.elastic:
+        return train_elastic(config, backend_name, backend, ctx, data, num_classes,
+                             horovod_settings, started)
     resumed = on_main_then_share(backend, ctx, lambda: read_resume(config, backend_name), "resume")
     outputs = RunOutputs(choose_run_dir(config, backend_name, resumed), enabled=ctx.is_main)
     outputs.say(f"hvdcls {__version__}: {backend_name} backend, {ctx.size} process(es) "
@@ -88,13 +92,8 @@ def train(config: cfg.Config, backend_name: str) -> dict:
         summary["bad_files"] = bad_files.summarise(
             config.data.bad_files, backend.allgather_object(data.bad_files.skipped(), "bad_files"))
         summary["communication"] = backend.communication()
-        summary["rank_weight_digests"] = rank_weight_digests(backend)
-        summary["rank_hosts"] = backend.allgather_object(socket.gethostname(), "rank_hosts")
-        outputs.write_summary(summary)
-        outputs.say(f"done: val accuracy {summary['val_accuracy']:.4f} "
-                    f"(best {summary['best_val_accuracy']:.4f}), {summary['images_per_sec']:.1f} img/s, "
-                    f"{summary['wall_seconds']:.1f} s; outputs in {outputs.run_dir}")
-        monitor.finish()
+        publish(with_rank_facts(summary, backend), outputs, monitor,
+                f"(best {summary['best_val_accuracy']:.4f}), {summary['images_per_sec']:.1f} img/s")
     return summary
 
 
@@ -130,6 +129,47 @@ def horovod_shutdown(config: cfg.Config, ctx: Context):
             "a rank stopped submitting tensors for longer than horovod.stall_shutdown_seconds="
             f"{config.horovod.stall_shutdown_seconds} (Horovod's report above names it: "
             "'Missing ranks: N!'), or a rank failed") from None
+
+
+def train_elastic(config: cfg.Config, backend_name: str, backend: Backend, ctx: Context,
+                  data: datasets.Data, num_classes: int, horovod_settings: dict,
+                  started: float) -> dict:
+    """train() under Horovod's elastic mode (hvdcls.elastic). Until the elastic loop syncs,
+    no rank may run a collective: a worker added later starts here while the others are
+    inside the loop, so every rank reads --resume itself and rank 0 makes its watchers alone."""
+    resumed = read_resume(config, backend_name)
+    run_dir = choose_run_dir(config, backend_name, resumed)
+    outputs = RunOutputs(run_dir, enabled=ctx.is_main)
+    outputs.say(f"hvdcls {__version__}: {backend_name} backend, elastic, {ctx.size} process(es) "
+                f"({ctx.controller}), {data.name}: {len(data.train)} train / {len(data.val)} val "
+                f"images, {num_classes} classes -> {run_dir}")
+    backend.seed(config.training.seed)
+    model_info = backend.build(config, num_classes)
+    start_epoch, history = 0, []
+    if resumed is not None:
+        backend.load(resumed.directory)  # every rank: the elastic sync needs no broadcast here
+        start_epoch, history = resumed.state["epoch"], resumed.state["history"]
+    sinks = make_sinks(config, backend_name, outputs) if ctx.is_main else []
+    with Monitor(sinks) as monitor:
+        outputs.write_config(cfg.to_yaml(config))
+        trainer, state, recoveries = elastic.run(config, backend, data, run_dir, monitor,
+                                                 start_epoch, history)
+        ctx, outputs = trainer.ctx, trainer.outputs  # the world the run ended in
+        summary = make_summary(config, ctx, data, model_info, horovod_settings, state.history,
+                               started, resumed)
+        summary["elastic"] = recoveries
+        summary["communication"] = backend.communication()
+        publish(with_rank_facts(summary, backend), outputs, monitor,
+                f"({recoveries['resets']} reset(s), {recoveries['steps_lost']} step(s) lost)")
+    return summary
+
+
+def publish(summary: dict, outputs: RunOutputs, monitor: Monitor, details: str) -> None:
+    """The run's end on rank 0: summary.json, the closing line, the watchers' last word."""
+    outputs.write_summary(summary)
+    outputs.say(f"done: val accuracy {summary['val_accuracy']:.4f} {details}, "
+                f"{summary['wall_seconds']:.1f} s; outputs in {outputs.run_dir}")
+    monitor.finish()
 
 
 def make_sinks(config: cfg.Config, backend_name: str, outputs: RunOutputs) -> list[Sink]:
@@ -175,6 +215,13 @@ def restore(backend: Backend, ctx: Context, resumed: Optional[checkpoint.Resumed
     backend.broadcast_state()  # Horovod: every rank continues from rank 0's checkpoint
     outputs.say(f"resumed from {resumed.directory} after epoch {resumed.state['epoch']}")
     return resumed.state["epoch"], resumed.state["history"]
+
+
+def with_rank_facts(summary: dict, backend: Backend) -> dict:
+    """`summary` plus every rank's model digest and host (collectives: every rank calls this)."""
+    summary["rank_weight_digests"] = rank_weight_digests(backend)
+    summary["rank_hosts"] = backend.allgather_object(socket.gethostname(), "rank_hosts")
+    return summary
 
 
 def rank_weight_digests(backend: Backend) -> list[str]:

@@ -30,7 +30,7 @@ from hvdcls.batches import EpochBatches  # noqa: E402
 from hvdcls.config import Config  # noqa: E402
 from hvdcls.engine import add  # noqa: E402
 from hvdcls.errors import UserError  # noqa: E402
-from tf_backend import data, models, sync_bn  # noqa: E402
+from tf_backend import data, elastic, models, sync_bn  # noqa: E402
 from tf_backend.compression import PowerSGDReducer  # noqa: E402
 
 CHECKPOINT_FILE = "tensorflow.npz"
@@ -80,13 +80,17 @@ class TensorFlowBackend(Backend):
 
     def init(self, config: Config) -> Context:
         hvd.init()  # Horovod: start the background thread and learn rank and size
-        threads = threads_per_process(config, hvd.local_size())
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(min(threads, 2))
+        self.threads = threads_per_process(config, hvd.local_size())
+        tf.config.threading.set_intra_op_parallelism_threads(self.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(min(self.threads, 2))
         self.device = pick_device(config, hvd.local_rank())
+        return self.context()
+
+    def context(self) -> Context:
+        """Who this process is now (rank and size change after an elastic reset)."""
         controller = "mpi" if hvd.mpi_enabled() else "gloo"
         return Context("tensorflow", hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(),
-                       controller, self.device, threads,
+                       controller, self.device, self.threads,
                        {"tensorflow": tf.__version__, "keras": keras.__version__,
                         "horovod": metadata.version("horovod")})
 
@@ -119,7 +123,8 @@ class TensorFlowBackend(Backend):
             self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
             self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
         self._compile_steps()
-        self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
+        if not training.elastic:  # elastic: the state's sync broadcasts instead
+            self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
         return {"parameters": models.count_parameters(self.model), "framework": "tensorflow",
                 "amp_dtype": policy.removeprefix("mixed_") if policy else None,
                 "horovod": {"compression": hv.compression, "op": hv.op, "sync_bn": hv.sync_bn,
@@ -285,6 +290,13 @@ class TensorFlowBackend(Backend):
 
     def weights(self) -> dict[str, np.ndarray]:
         return {v.path: np.asarray(v.numpy(), np.float32) for v in self.model.variables}
+
+    def elastic_state(self, progress: dict):
+        variables = tf_variables(self.model.variables) + tf_variables(self.optimizer.variables)
+        return elastic.make_state(variables, progress)
+
+    def elastic_run(self, state, attempt):
+        return elastic.run(state, lambda current: attempt(current, self.context()))
 
     def allreduce_wait_seconds(self) -> float | None:
         # The all-reduce runs inside the compiled step (DistributedGradientTape in a

@@ -23,7 +23,7 @@ from hvdcls.batches import EpochBatches
 from hvdcls.config import Config
 from hvdcls.engine import add
 from hvdcls.errors import UserError
-from torch_backend import data, models
+from torch_backend import data, elastic, models
 from torch_backend.compression import PowerSGDReducer
 from torch_backend.sync_bn import SyncBatchNorm
 
@@ -64,12 +64,16 @@ class TorchBackend(Backend):
 
     def init(self, config: Config) -> Context:
         hvd.init()  # Horovod: start the background thread and learn rank and size
-        threads = threads_per_process(config, hvd.local_size())
-        torch.set_num_threads(threads)
+        self.threads = threads_per_process(config, hvd.local_size())
+        torch.set_num_threads(self.threads)
         self.device = pick_device(config, hvd.local_rank())
+        return self.context()
+
+    def context(self) -> Context:
+        """Who this process is now (rank and size change after an elastic reset)."""
         controller = "mpi" if hvd.mpi_enabled() else "gloo"
         return Context("torch", hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(),
-                       controller, str(self.device), threads,
+                       controller, str(self.device), self.threads,
                        {"torch": torch.__version__, "torchvision": torchvision.__version__,
                         "horovod": metadata.version("horovod")})
 
@@ -102,7 +106,8 @@ class TorchBackend(Backend):
                 backward_passes_per_step=hv.backward_passes_per_step)
             self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
             self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
-        self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
+        if not config.training.elastic:  # elastic: the state's sync broadcasts instead
+            self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
         return {"parameters": models.count_parameters(self.model), "framework": "torch",
                 "amp_dtype": str(self.dtype).replace("torch.", "") if self.dtype else None,
                 "horovod": {"compression": hv.compression, "op": hv.op, "sync_bn": hv.sync_bn,
@@ -232,6 +237,12 @@ class TorchBackend(Backend):
 
     def weights(self) -> dict[str, np.ndarray]:
         return {name: t.detach().cpu().float().numpy() for name, t in self.model.state_dict().items()}
+
+    def elastic_state(self, progress: dict):
+        return elastic.make_state(self.model, self.optimizer, progress)
+
+    def elastic_run(self, state, attempt):
+        return elastic.run(state, lambda current: attempt(current, self.context()))
 
     def allreduce_wait_seconds(self) -> float | None:
         # The time around optimizer.synchronize(): backward hooks start each gradient's

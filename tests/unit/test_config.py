@@ -174,6 +174,7 @@ def test_out_of_choice_values(override, key):
     ("data.mean=[1,2]", "config data.mean=[1.0, 2.0]: needs 3 values (R, G, B)"),
     ("schedule.milestones=[5,3]", "config schedule.milestones=[5, 3]: must be increasing epochs"),
     ("training.profile_steps=-1", "config training.profile_steps=-1: must be >= 0"),
+    ("training.commit_every=0", "config training.commit_every=0: must be > 0"),
     ("output.metrics_port=-1", "config output.metrics_port=-1: a TCP port in [0, 65535] (0: any free port)"),
     ("output.metrics_port=65536", "config output.metrics_port=65536: a TCP port in [0, 65535] (0: any free port)"),
     ("output.metrics_linger_seconds=-1", "config output.metrics_linger_seconds=-1.0: must be >= 0"),
@@ -210,6 +211,14 @@ def test_zero_is_allowed_where_non_negative():
     cfg = config.load(overrides=["optimizer.lr=0", "data.workers=0", "output.checkpoint_every=0",
                                  "optimizer.momentum=0", "optimizer.weight_decay=0"])
     assert (cfg.optimizer.lr, cfg.data.workers, cfg.output.checkpoint_every) == (0.0, 0, 0)
+
+
+def test_elastic_is_off_by_default_and_refuses_eval_only():
+    training = config.load().training
+    assert (training.elastic, training.commit_every) == (False, 20)
+    assert user_error(overrides=["training.elastic=true", "training.eval_only=true",
+                                 "training.resume=x"]).startswith(
+        "config training.elastic=true with training.eval_only=true")
 
 
 @pytest.mark.parametrize("item", ["optimizer.lr", "=3", " =3", "epochs"])

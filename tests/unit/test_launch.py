@@ -14,6 +14,15 @@ def test_horovodrun_gloo_command():
     assert cmd[1:] == ["-np", "8", "-H", "host1:4,host2:4", "--gloo", "hvdcls", "smoke"]
 
 
+def test_horovodrun_elastic_command_lets_a_failed_host_back():
+    cmd = launch.horovodrun_elastic(2, 1, 3, "./hosts.sh", ["hvdcls", "train"])
+    assert cmd[1:] == ["-np", "2", "--min-np", "1", "--max-np", "3", "--host-discovery-script",
+                       "./hosts.sh", "--elastic-timeout", "60", "--gloo",
+                       "--blacklist-cooldown-range", "2", "5", "hvdcls", "train"]
+    alone = launch.horovodrun_elastic(1, 1, 1, "d", [], cooldown=None, network_interface="lo")
+    assert "--blacklist-cooldown-range" not in alone and alone[-2:] == ["--network-interface", "lo"]
+
+
 def test_mpirun_command_has_horovods_recommended_flags(monkeypatch):
     monkeypatch.setattr(launch.os, "geteuid", lambda: 1000)
     cmd = launch.mpirun(2, ["x"], env={"PATH": "/bin", "OMP_NUM_THREADS": "1", "HOME": "/root"})

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hvdcls.errors import UserError
-from hvdcls.sharding import TrainShards, epoch_permutation, eval_batches, eval_indices
+from hvdcls.sharding import ElasticShards, TrainShards, epoch_permutation, eval_batches, eval_indices
 
 # (num_samples, world_size, batch_size, backward_passes)
 CASES = [
@@ -143,3 +143,47 @@ def test_eval_batches_keep_the_remainder():
     assert [len(b) for b in batches] == [16, 16, 16, 12]
     assert np.array_equal(np.concatenate(batches), eval_indices(180, 3, 1))
     assert eval_batches(0, 2, 0, 4) == []
+
+
+# Elastic: (num_samples, batch_size, backward_passes, world sizes one after the other, steps
+# each world trains before the next one takes over)
+ELASTIC_CASES = [
+    (1437, 32, 1, [2, 1], [7]),
+    (1437, 32, 1, [1, 3, 2], [5, 4]),
+    (1000, 7, 3, [4, 2, 3], [3, 2]),
+    (101, 5, 1, [3, 4], [1]),
+]
+
+
+@pytest.mark.parametrize("n, batch, passes, worlds, steps", ELASTIC_CASES)
+def test_elastic_epoch_reads_no_sample_twice_across_world_changes(n, batch, passes, worlds, steps):
+    """Each world trains some steps, then the rest of the epoch is re-dealt to the next one:
+    no sample is read twice, and only less than one final step's worth goes unread."""
+    consumed, seen = 0, Counter()
+    for world, count in zip(worlds, [*steps, None]):
+        shards = [ElasticShards(n, world, rank, batch, passes, seed=3) for rank in range(world)]
+        per_rank = [s.batches(epoch=5, consumed=consumed) for s in shards]
+        assert len({len(b) for b in per_rank}) == 1  # every rank runs the same steps
+        taken = per_rank[0] and len(per_rank[0]) // passes
+        count = taken if count is None else count
+        for batches in per_rank:
+            assert all(len(b) == batch for b in batches)
+            seen.update(int(i) for b in batches[:count * passes] for i in b)
+        consumed += count * shards[0].per_step
+    assert max(seen.values()) == 1
+    assert set(seen) <= set(range(n)) and n - len(seen) < batch * passes * worlds[-1]
+    assert len(seen) == consumed
+
+
+def test_elastic_consumed_samples_are_the_permutations_prefix():
+    order = epoch_permutation(100, 0, 2)
+    before = [ElasticShards(100, 2, r, 5).batches(2, 0)[:3] for r in range(2)]
+    read = sorted(int(i) for batches in before for b in batches for i in b)
+    assert read == sorted(order[:30].tolist())
+    after = ElasticShards(100, 3, 0, 5).batches(2, 30)
+    assert int(after[0][0]) == int(order[30]) and len(after) == 70 // 15
+
+
+def test_elastic_steps_per_epoch_drop_no_padding():
+    assert ElasticShards(1437, 2, 0, 32).steps_per_epoch == 22  # 1437 // 64, no wrap-around
+    assert ElasticShards(1437, 2, 0, 32).remaining_steps(64 * 20) == 2

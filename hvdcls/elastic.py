@@ -1,0 +1,203 @@
+"""Elastic training: the epoch loop under Horovod's elastic mode, for every backend.
+
+    horovodrun -np 2 --min-np 1 --max-np 4 --host-discovery-script ./hosts.sh \\
+        --blacklist-cooldown-range 2 10 hvdcls train --backend torch training.elastic=true
+
+The backend's elastic state (hvdcls.backend.Backend.elastic_state) holds the model, the
+optimizer and the progress below; it is committed every training.commit_every steps and at
+every epoch end. When a worker dies, the survivors roll back to the last commit; when hosts
+come or go, every worker re-synchronises from rank 0. Either way the attempt below starts
+again with the new world: the rest of the epoch's permutation is dealt over it (see
+hvdcls.sharding.ElasticShards) and the learning rate is scaled for its size.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from hvdcls import checkpoint, schedule
+from hvdcls.backend import Backend, Context
+from hvdcls.batches import EpochBatches
+from hvdcls.config import Config
+from hvdcls.datasets import Data
+from hvdcls.engine import EpochTimes, LoaderWait, Reduced, Trainer, add, as_floats, grouped
+from hvdcls.monitor import LossReads, Monitor, RunInfo
+from hvdcls.outputs import RunOutputs
+from hvdcls.sharding import ElasticShards
+
+# Test hook, "RANK:STEP:MARKER": the worker of that rank SIGKILLs itself after global step
+# STEP, once per job (MARKER, a file path, records that it happened).
+KILL_HOOK_ENV = "HVDCLS_TEST_KILL"
+
+
+def initial_progress(start_epoch: int, history: list[dict]) -> dict:
+    """What the elastic state carries besides model and optimizer (rank 0's wins on sync)."""
+    return {"epoch": start_epoch, "consumed": 0, "global_step": 0, "epoch_steps": 0,
+            "train_sums": [0.0, 0.0, 0.0], "train_seconds": 0.0, "lr": 0.0,
+            "history": list(history)}
+
+
+def attempt_seed(seed: int, epoch: int, rank: int, consumed: int) -> int:
+    """Framework RNG seed for one rank from one point of an epoch: a restart draws afresh."""
+    return int(np.random.SeedSequence([seed, epoch, rank, consumed]).generate_state(1)[0])
+
+
+def schedule_position(epoch: int, consumed: int, shards: ElasticShards) -> float:
+    """Where the learning-rate schedule stands, counted in steps of the world as it is now:
+    the same fraction of the run whatever world trained before."""
+    return epoch * shards.steps_per_epoch + consumed / shards.per_step
+
+
+def world_schedule(config: Config, shards: ElasticShards) -> schedule.LRSchedule:
+    """Horovod: the rate follows the world as it is now (peak x size, this size's steps)."""
+    return schedule.build(config.optimizer, config.schedule, world_size=shards.world_size,
+                          backward_passes=shards.backward_passes,
+                          steps_per_epoch=shards.steps_per_epoch, epochs=config.training.epochs)
+
+
+def kill_if_asked(rank: int, global_step: int, environ=os.environ) -> None:
+    wanted = environ.get(KILL_HOOK_ENV)
+    if not wanted:
+        return
+    kill_rank, kill_step, marker = wanted.split(":", 2)
+    if rank == int(kill_rank) and global_step == int(kill_step) and not Path(marker).exists():
+        Path(marker).write_text(f"rank {rank} killed after step {global_step}\n")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass
+class Recoveries:
+    """This process's view of the resets: for the summary (rank 0 writes it)."""
+
+    steps_run: int = 0  # steps this process trained, rolled-back ones included
+    last_step_end: Optional[float] = None
+    attempts: int = 0
+    events: list = field(default_factory=list)
+
+    def restarted(self, state, ctx: Context) -> None:
+        self.attempts += 1
+        if self.attempts > 1:
+            self.events.append({"world_size": ctx.size, "resumed_at_step": state.global_step,
+                                "epoch": state.epoch + 1, "seconds": None})
+
+    def step_started(self) -> None:
+        """The first step after a reset closes the gap since the last step before it."""
+        if self.events and self.events[-1]["seconds"] is None and self.last_step_end is not None:
+            self.events[-1]["seconds"] = round(time.perf_counter() - self.last_step_end, 3)
+
+    def step_done(self) -> None:
+        self.steps_run += 1
+        self.last_step_end = time.perf_counter()
+
+    def summary(self, state, commit_every: int) -> dict:
+        return {"commit_every": commit_every, "resets": len(self.events), "recoveries": self.events,
+                "steps_run": self.steps_run, "steps_kept": state.global_step,
+                "steps_lost": max(0, self.steps_run - state.global_step)}
+
+
+class ElasticTrainer:
+    """One attempt per (re)start of the world; everything lasting lives in `state`."""
+
+    def __init__(self, config: Config, backend: Backend, data: Data, run_dir: Path,
+                 monitor: Monitor, make_outputs: Callable[[Path, bool], RunOutputs] = RunOutputs):
+        self.config, self.backend, self.data, self.run_dir = config, backend, data, run_dir
+        self.monitor, self.make_outputs = monitor, make_outputs
+        self.recoveries = Recoveries()
+        self.trainer: Optional[Trainer] = None
+
+    def attempt(self, state, ctx: Context) -> Trainer:
+        """Train from the state's point to the end, in the world as it is now."""
+        self.recoveries.restarted(state, ctx)
+        outputs = self.make_outputs(self.run_dir, ctx.is_main)
+        self.trainer = trainer = Trainer(self.config, self.backend, ctx, self.data, outputs, self.monitor)
+        outputs.start(state.history)
+        if self.recoveries.attempts > 1:
+            outputs.say(f"elastic: {ctx.size} worker(s), resuming epoch {state.epoch + 1} after "
+                        f"{state.consumed} of its samples (global step {state.global_step})")
+        self.monitor.start(RunInfo(ctx.backend, self.config.model.name, self.data.name, ctx.size,
+                                   self.config.training.epochs, trainer.shards.steps_per_epoch,
+                                   state.epoch))
+        while state.epoch < self.config.training.epochs:
+            times = self.train_rest_of_epoch(state, trainer)
+            self.finish_epoch(state, trainer, times)
+        return trainer
+
+    def shards(self, ctx: Context) -> ElasticShards:
+        training = self.config.training
+        return ElasticShards(len(self.data.train), ctx.size, ctx.rank, training.batch_size,
+                             self.config.horovod.backward_passes_per_step, training.seed)
+
+    def train_rest_of_epoch(self, state, trainer: Trainer) -> EpochTimes:
+        ctx, epoch, training = trainer.ctx, state.epoch, self.config.training
+        shards = self.shards(ctx)
+        self.backend.seed(attempt_seed(training.seed, epoch, ctx.rank, state.consumed))
+        batches = EpochBatches(self.data.train, shards.batches(epoch, state.consumed),
+                               trainer.preprocess, epoch, train=True)
+        loader = LoaderWait(self.backend.loader(batches, self.config.data.workers))
+        total, since_commit, started, times = None, 0, time.perf_counter(), EpochTimes()
+        loss_reads = LossReads(training.log_every)
+        first = state.consumed / shards.per_step  # this world's steps already done this epoch
+        position = schedule_position(epoch, state.consumed, shards)
+        lr_at = world_schedule(self.config, shards)
+        for micro in grouped(loader, trainer.passes):
+            self.recoveries.step_started()
+            lr = lr_at(position + since_commit)
+            step = int(first) + since_commit
+            sample = trainer.timed_step(epoch, step, micro, lr, loader.take(), loss_reads)
+            self.recoveries.step_done()
+            total, since_commit = add(total, sample.sums), since_commit + 1
+            times.add(sample.sample)
+            self.monitor.step(sample.sample)
+            kill_if_asked(ctx.rank, state.global_step + since_commit)
+            if since_commit == training.commit_every:
+                self.advance(state, total, since_commit, shards.per_step, started)
+                state.lr = lr
+                state.commit()  # Horovod: a snapshot to roll back to; raises on host changes
+                first, position = first + since_commit, position + since_commit
+                total, since_commit, started = None, 0, time.perf_counter()
+        if since_commit:
+            self.advance(state, total, since_commit, shards.per_step, started)
+            state.lr = lr
+        return times
+
+    def advance(self, state, total, steps: int, per_step: int, started: float) -> None:
+        """Fold the steps since the last commit into the state (every rank alike)."""
+        reduced = self.backend.allreduce_sum(as_floats(total), f"elastic_sums.{state.global_step}")
+        state.train_sums = [a + b for a, b in zip(state.train_sums, reduced)]
+        state.consumed += steps * per_step
+        state.global_step += steps
+        state.epoch_steps += steps
+        state.train_seconds += time.perf_counter() - started
+
+    def finish_epoch(self, state, trainer: Trainer, times: EpochTimes) -> None:
+        epoch = state.epoch
+        self.backend.sync_buffers()  # Horovod: BN statistics are not gradients; average them
+        val = trainer.evaluate()
+        train = Reduced.from_sums(state.train_sums)
+        seconds = max(state.train_seconds, 1e-9)
+        record = trainer.record(epoch, train, val, state.lr, seconds, seconds, times)
+        record["steps"] = state.epoch_steps
+        state.history = state.history + [record]  # a new list: the saved snapshot keeps the old
+        trainer.outputs.add_epoch(record)
+        self.monitor.epoch(record, trainer.outputs.history)
+        if checkpoint.due(epoch + 1, self.config.training.epochs, self.config.output.checkpoint_every):
+            trainer.save(epoch + 1)
+        state.epoch, state.consumed, state.epoch_steps = epoch + 1, 0, 0
+        state.train_sums, state.train_seconds = [0.0, 0.0, 0.0], 0.0
+        state.commit()
+
+
+def run(config: Config, backend: Backend, data: Data, run_dir: Path, monitor: Monitor,
+        start_epoch: int, history: list[dict]) -> tuple[Trainer, Any, dict]:
+    """Train under Horovod's elastic retry; returns (the last attempt's trainer, the state,
+    what the resets cost as this process saw them)."""
+    elastic = ElasticTrainer(config, backend, data, run_dir, monitor)
+    state = backend.elastic_state(initial_progress(start_epoch, history))
+    trainer = backend.elastic_run(state, elastic.attempt)
+    return trainer, state, elastic.recoveries.summary(state, config.training.commit_every)

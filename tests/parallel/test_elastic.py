@@ -1,0 +1,144 @@
+"""Elastic training under real `horovodrun --min-np/--max-np --host-discovery-script`, both
+backends, on this one machine.
+
+Horovod blacklists the *host* of a failed worker and stops the job once every host in use is
+blacklisted, so a one-host job can never recover. The machine is therefore listed under two of
+its names (`localhost:1`, `127.0.0.1:1`): Horovod sees two hosts and drops only the failed one.
+Every name is this machine's, so the interface is `lo`. A worker is killed by the test hook (hvdcls.elastic.KILL_HOOK_ENV): rank 1 SIGKILLs itself
+after a given global step, mid-epoch and between two commits.
+"""
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from hvdcls import elastic, launch
+from tests.run_files import read_json, read_metrics
+
+pytestmark = pytest.mark.parallel
+REPO = Path(__file__).resolve().parents[2]
+DIGITS = str(REPO / "configs" / "digits.yaml")
+BACKENDS = ["torch", "tensorflow"]
+TWO_HOSTS = "localhost:1\n127.0.0.1:1\n"
+EPOCHS, COMMIT_EVERY = 3, 10
+KILL_STEP = 30  # 22 steps per epoch at 2 ranks: mid-epoch 2, 8 steps after the commit at 22
+TRAIN_SAMPLES = 1438
+
+
+def discovery(tmp_path: Path, hosts: str) -> tuple[Path, Path]:
+    """A discovery script printing a hosts file the test may rewrite."""
+    hosts_file, script = tmp_path / "hosts", tmp_path / "discover.sh"
+    hosts_file.write_text(hosts)
+    script.write_text(f"#!/bin/sh\ncat {hosts_file}\n")
+    script.chmod(0o755)
+    return hosts_file, script
+
+
+def start(tmp_path: Path, backend: str, np: int, min_np: int, hosts: str, *args: str,
+          env: dict | None = None, epochs: int = EPOCHS, **options) -> tuple[subprocess.Popen, Path, Path]:
+    hosts_file, script = discovery(tmp_path, hosts)
+    out = tmp_path / "run"
+    command = launch.hvdcls_command("train", "--backend", backend, "--config", DIGITS,
+                                    "--output-dir", str(out), "--epochs", str(epochs), "--quiet",
+                                    "training.elastic=true", f"training.commit_every={COMMIT_EVERY}",
+                                    *args)
+    cmd = launch.horovodrun_elastic(np, min_np, 2, str(script), command, network_interface="lo",
+                                    **options)
+    job = subprocess.Popen(cmd, env={**launch.single_host_env(), **(env or {})}, cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return job, out, hosts_file
+
+
+def finish(job: subprocess.Popen, timeout: int = 400) -> str:
+    try:
+        output, _ = job.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        output, _ = job.communicate()
+        pytest.fail(f"no end within {timeout} s (hang):\n{output[-3000:]}")
+    return output
+
+
+def completed(job: subprocess.Popen) -> str:
+    output = finish(job)
+    assert job.returncode == 0, output[-4000:]
+    return output
+
+
+def kill_hook(tmp_path: Path, step: int = KILL_STEP) -> tuple[dict, Path]:
+    marker = tmp_path / "killed"
+    return {elastic.KILL_HOOK_ENV: f"1:{step}:{marker}"}, marker
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def undisturbed(request, tmp_path_factory):
+    """The reference: the same elastic job with no fault."""
+    tmp = tmp_path_factory.mktemp(f"undisturbed-{request.param}")
+    job, out, _ = start(tmp, request.param, 2, 1, TWO_HOSTS)
+    completed(job)
+    return request.param, read_json(out / "summary.json")
+
+
+def check_epochs_read_each_sample_at_most_once(out: Path, per_step: int = 64) -> None:
+    for record in read_metrics(out):
+        # at most every sample once; at most one step's worth short of it per world change
+        assert TRAIN_SAMPLES - 2 * per_step < record["train_images"] <= TRAIN_SAMPLES, record
+
+
+def test_undisturbed_elastic_run_trains_like_the_plain_one(undisturbed):
+    backend, summary = undisturbed
+    assert summary["world_size"] == 2 and summary["elastic"]["resets"] == 0
+    assert summary["elastic"]["steps_lost"] == 0
+    assert summary["val_accuracy"] >= 0.85, summary["val_accuracy"]  # 3 epochs of 12
+    assert len(set(summary["rank_weight_digests"])) == 1
+
+
+def test_killed_worker_costs_at_most_one_commit_interval(undisturbed, tmp_path):
+    backend, reference = undisturbed
+    hook, marker = kill_hook(tmp_path)
+    job, out, _ = start(tmp_path, backend, 2, 1, TWO_HOSTS, env=hook)
+    output = completed(job)
+    assert marker.exists(), output[-3000:]  # the worker really was killed
+    summary = read_json(out / "summary.json")
+    recovered = summary["elastic"]
+    assert recovered["resets"] >= 1 and recovered["recoveries"][0]["resumed_at_step"] == 22
+    assert 0 < recovered["steps_lost"] <= COMMIT_EVERY, recovered
+    assert [r["epoch"] for r in read_metrics(out)] == list(range(1, EPOCHS + 1))
+    check_epochs_read_each_sample_at_most_once(out)
+    assert summary["val_accuracy"] >= reference["val_accuracy"] - 0.05, \
+        (summary["val_accuracy"], reference["val_accuracy"])
+    assert len(set(summary["rank_weight_digests"])) == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_host_added_by_discovery_is_used(backend, tmp_path):
+    job, out, hosts_file = start(tmp_path, backend, 1, 1, "localhost:1\n", epochs=2)
+    deadline = time.monotonic() + 300
+    while not (out / "metrics.jsonl").exists() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    hosts_file.write_text(TWO_HOSTS)  # a second host appears once training has started
+    completed(job)
+    metrics, summary = read_metrics(out), read_json(out / "summary.json")
+    # One worker alone takes 44 steps an epoch, two take 22: more than 22 in epoch 1 means
+    # it began alone; the second host is taken up at a commit (step 10 at the earliest).
+    assert metrics[0]["steps"] > 22 and metrics[-1]["world_size"] == 2, metrics
+    assert summary["elastic"]["recoveries"][0]["world_size"] == 2
+    assert summary["world_size"] == 2 and len(summary["rank_hosts"]) == 2
+    assert summary["elastic"]["steps_lost"] == 0  # growing rolls nothing back
+    assert len(set(summary["rank_weight_digests"])) == 1
+    check_epochs_read_each_sample_at_most_once(out)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_world_below_min_np_ends_the_job_with_a_message(backend, tmp_path):
+    hook, marker = kill_hook(tmp_path, step=5)
+    # No blacklist cooldown: the failed host stays out, one worker is left of the two needed.
+    job, out, _ = start(tmp_path, backend, 2, 2, TWO_HOSTS, env=hook, epochs=2,
+                        elastic_timeout=10, cooldown=None)
+    output = finish(job, timeout=300)  # the bound: a hang fails here
+    assert marker.exists(), output[-3000:]
+    assert job.returncode != 0
+    assert "Timed out waiting for" in output and "at least 2 Horovod processes" in output, output[-3000:]
+    assert not (out / "summary.json").exists()

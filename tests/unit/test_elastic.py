@@ -1,0 +1,70 @@
+"""hvdcls.elastic's framework-free parts: progress, seeds, the kill hook, recovery accounting."""
+import signal
+from types import SimpleNamespace
+
+import pytest
+
+from hvdcls import elastic
+from hvdcls.backend import Context
+
+
+def test_initial_progress_starts_an_epoch_and_copies_history():
+    history = [{"epoch": 1}]
+    progress = elastic.initial_progress(1, history)
+    assert (progress["epoch"], progress["consumed"], progress["global_step"]) == (1, 0, 0)
+    assert progress["history"] == history and progress["history"] is not history
+
+
+def test_attempt_seed_differs_by_point_in_the_epoch_and_rank():
+    seeds = {elastic.attempt_seed(0, 1, rank, consumed) for rank in (0, 1) for consumed in (0, 64)}
+    assert len(seeds) == 4
+    assert elastic.attempt_seed(0, 1, 0, 64) == elastic.attempt_seed(0, 1, 0, 64)
+
+
+def test_kill_hook_fires_once_on_its_rank_and_step(tmp_path, monkeypatch):
+    killed = []
+    monkeypatch.setattr(elastic.os, "kill", lambda pid, sig: killed.append(sig))
+    marker = tmp_path / "killed"
+    environ = {elastic.KILL_HOOK_ENV: f"1:12:{marker}"}
+    elastic.kill_if_asked(0, 12, environ)
+    elastic.kill_if_asked(1, 11, environ)
+    assert killed == [] and not marker.exists()
+    elastic.kill_if_asked(1, 12, environ)
+    assert killed == [signal.SIGKILL] and marker.exists()
+    elastic.kill_if_asked(1, 12, environ)  # a replacement worker reaching step 12 again lives
+    assert killed == [signal.SIGKILL]
+    elastic.kill_if_asked(1, 12, {})
+
+
+def test_recoveries_count_lost_steps_and_the_gap(monkeypatch):
+    clock = iter([10.0, 11.0, 20.0, 21.0])
+    monkeypatch.setattr(elastic.time, "perf_counter", lambda: next(clock))
+    ctx = Context("torch", 0, 1, 0, 1, "gloo", "cpu", 1)
+    recoveries = elastic.Recoveries()
+    recoveries.restarted(SimpleNamespace(global_step=0, epoch=0), ctx)
+    recoveries.step_started()
+    recoveries.step_done()  # t=10
+    recoveries.step_done()  # t=11, then the world breaks; the state rolls back to step 1
+    recoveries.restarted(SimpleNamespace(global_step=1, epoch=0), ctx)
+    recoveries.step_started()  # t=20: 9 s without training
+    recoveries.step_done()
+    summary = recoveries.summary(SimpleNamespace(global_step=2), commit_every=1)
+    assert summary["resets"] == 1 and summary["recoveries"][0]["seconds"] == pytest.approx(9.0)
+    assert (summary["steps_run"], summary["steps_kept"], summary["steps_lost"]) == (3, 2, 1)
+
+
+def test_learning_rate_follows_the_world_size_at_the_same_point_of_the_run():
+    """Half the epoch done by 2 workers, then 1 takes over: the schedule stands at the same
+    fraction of the run, and the linearly scaled peak halves."""
+    from hvdcls import config as cfg
+    from hvdcls.sharding import ElasticShards
+
+    config = cfg.load(overrides=["schedule.warmup_epochs=0", "training.epochs=4"])
+    two, one = (ElasticShards(1280, world, 0, 32) for world in (2, 1))
+    consumed = 640
+    at_two = elastic.schedule_position(1, consumed, two)
+    at_one = elastic.schedule_position(1, consumed, one)
+    assert at_two / (4 * two.steps_per_epoch) == at_one / (4 * one.steps_per_epoch) == 1.5 / 4
+    lr_two = elastic.world_schedule(config, two)(at_two)
+    lr_one = elastic.world_schedule(config, one)(at_one)
+    assert lr_one == pytest.approx(lr_two / 2) and lr_one > 0
