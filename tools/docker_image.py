@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,7 +157,6 @@ def context_hash() -> str:
 
 
 def wheel_contents_digest(wheel: Path) -> bytes:
-    import zipfile
     digest = hashlib.sha256()
     with zipfile.ZipFile(wheel) as archive:
         for name in sorted(archive.namelist()):
@@ -164,17 +164,19 @@ def wheel_contents_digest(wheel: Path) -> bytes:
     return digest.digest()
 
 
-def image_id(tag: str) -> str | None:
-    result = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag],
+def inspect_image(tag: str, template: str) -> str | None:
+    """One field of a local image (a Go template), or None when there is no such image."""
+    result = subprocess.run(["docker", "image", "inspect", "--format", template, tag],
                             capture_output=True, text=True)
     return result.stdout.strip() if result.returncode == 0 else None
+
+
+def image_id(tag: str) -> str | None:
+    return inspect_image(tag, "{{.Id}}")
 
 
 def image_label(tag: str, label: str) -> str | None:
-    result = subprocess.run(["docker", "image", "inspect", "--format",
-                             f'{{{{index .Config.Labels "{label}"}}}}', tag],
-                            capture_output=True, text=True)
-    return result.stdout.strip() if result.returncode == 0 else None
+    return inspect_image(tag, f'{{{{index .Config.Labels "{label}"}}}}')
 
 
 def build_image(gpu: bool, base_image: str, tag: str, rebuild: bool) -> None:
@@ -183,7 +185,7 @@ def build_image(gpu: bool, base_image: str, tag: str, rebuild: bool) -> None:
     if not rebuild and image_label(tag, INPUTS_LABEL) == inputs:
         say(f"{tag} is up to date ({inputs})")
         return
-    if subprocess.run(["docker", "image", "inspect", base_image], capture_output=True).returncode:
+    if image_id(base_image) is None:
         hint = " (`make base-image` makes it)" if base_image == DEFAULT_BASE[False] else ""
         raise ImageError(f"base image {base_image} not found{hint}")
     if image_label(tag, DEPS_LABEL) not in (None, "", deps):
@@ -210,7 +212,7 @@ def build_image(gpu: bool, base_image: str, tag: str, rebuild: bool) -> None:
         # The replaced image is untagged now: drop it, or every rebuild leaves GBs behind. Its
         # build-stage layers stay (they are other images' parents) and cache the next build.
         subprocess.run(["docker", "image", "rm", previous], capture_output=True)
-    size = int(run(["docker", "image", "inspect", "--format", "{{.Size}}", tag], "docker inspect"))
+    size = int(inspect_image(tag, "{{.Size}}") or 0)
     say(f"{tag} built in {time.monotonic() - started:.0f} s, {size / 1e9:.2f} GB")
 
 

@@ -9,9 +9,9 @@ import pytest
 from hvdcls import launch, netns
 from hvdcls.netns import Link, ShapedHosts
 
+UNAVAILABLE = netns.unavailable_reason()  # probes by making a namespace: once per session
 pytestmark = [pytest.mark.parallel,
-              pytest.mark.skipif(netns.unavailable_reason() is not None,
-                                 reason=f"no network namespaces here: {netns.unavailable_reason()}")]
+              pytest.mark.skipif(UNAVAILABLE is not None, reason=f"no network namespaces here: {UNAVAILABLE}")]
 SUM = ("import horovod.torch as hvd, torch; hvd.init(); "
        "print('sum', hvd.allreduce(torch.ones(3) * (hvd.rank() + 1), op=hvd.Sum).tolist())")
 
