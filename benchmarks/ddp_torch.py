@@ -7,7 +7,7 @@ import os
 import torch
 import torch.distributed as dist
 import torchvision
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
 from common import measure, parse, write
 from torch_step import plain_step
@@ -19,9 +19,17 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = torchvision.models.get_model(args.model, weights=None, num_classes=10)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    # PowerSGD's hook chains collectives from gloo's callback thread; with several buckets in
+    # flight their order differs between ranks (seen here: "Received data size doesn't match",
+    # hangs). One bucket keeps one chain per step.
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        model, bucket_cap_mb=4096 if args.compression == "powersgd" else 25)
     if args.compression == "fp16":  # DDP's counterpart of Horovod's fp16 compression
         ddp.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
+    elif args.compression == "powersgd":  # DDP's own PowerSGD, compressing every timed step
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
+                                            start_powerSGD_iter=max(2, args.warmup))
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     per_step = measure(plain_step(ddp, optimizer, args), args)
     if dist.get_rank() == 0:

@@ -23,7 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Optional
@@ -36,6 +36,9 @@ BASELINE_SCRIPTS = {("raw-horovod", "torch"): "raw_horovod_torch.py",
                     ("raw-horovod", "tensorflow"): "raw_horovod_tf.py",
                     ("ddp", "torch"): "ddp_torch.py"}
 BYTES_PER_ELEMENT = {"none": 4, "fp16": 2}
+COMPRESSIONS = ("none", "fp16", "powersgd")
+# Raw Horovod has no PowerSGD; DDP has its own (torch.distributed's powerSGD_hook).
+NO_BASELINE = {("raw-horovod", "powersgd")}
 
 
 @dataclass
@@ -49,12 +52,19 @@ class BenchSpec:
     warmup: int = 3
     steps: int = 10
     reps: int = 3
+    rounds: int = 1  # the whole matrix this many times, interleaved: drift hits every cell alike
     baselines: bool = True
     fusion_threshold_mb: float = 32.0  # NOTES: 16-32 MB and 5-10 ms suit this machine
     cycle_time_ms: float = 5.0
     timeout: int = 900
     link_mbit: Optional[float] = None  # run np>1 cells across two namespaces over a shaped link
     link_delay_ms: float = 0.0
+    powersgd_rank: int = 4
+    # Across a shaped link: the all-reduce sweep also times one step's gradients of the first
+    # model under each fusion threshold x cycle time (one launch each; Horovod reads them at init;
+    # a threshold of 0 turns fusion off).
+    sweep_fusion_mb: list[float] = field(default_factory=lambda: [0.0, 4.0, 32.0, 128.0])
+    sweep_cycle_ms: list[float] = field(default_factory=lambda: [1.0, 5.0, 20.0])
 
 
 @dataclass(frozen=True)
@@ -69,16 +79,29 @@ class Cell:
     def key(self) -> tuple:
         return (self.backend, self.np, self.compression, self.batch_size, self.model)
 
+    def file_name(self) -> str:
+        return f"{self.runner}-{'-'.join(map(str, self.key()))}.json"
+
+    @classmethod
+    def of(cls, result: dict) -> "Cell":
+        """The cell a result row (or a failed one) was measured for."""
+        return cls(**{name: result[name] for name in cls.__dataclass_fields__})
+
 
 def cells(spec: BenchSpec) -> list[Cell]:
-    """The matrix, then each baseline that matches one of its cells."""
-    out = [Cell("hvdcls", *c) for c in itertools.product(
-        spec.backends, spec.nps, spec.compressions, spec.batch_sizes, spec.models)]
+    """The matrix, then each baseline that matches one of its cells. One process has nothing to
+    compress: np=1 runs uncompressed only, the base of every compression's scaling efficiency."""
+    out = [Cell("hvdcls", backend, np, compression, batch, model)
+           for backend, np, compression, batch, model in itertools.product(
+               spec.backends, spec.nps, spec.compressions, spec.batch_sizes, spec.models)
+           if np > 1 or compression == spec.compressions[0]]
+    out = [replace(c, compression="none") if c.np == 1 else c for c in out]
     if spec.baselines:
         # DDP's torchrun does not cross our namespaces: across a shaped link, Horovod only.
         runners = ("raw-horovod",) if spec.link_mbit else ("raw-horovod", "ddp")
         out += [Cell(runner, c.backend, *c.key()[1:]) for c in list(out)
-                for runner in runners if (runner, c.backend) in BASELINE_SCRIPTS]
+                for runner in runners if (runner, c.backend) in BASELINE_SCRIPTS
+                and (runner, c.compression) not in NO_BASELINE]
     return out
 
 
@@ -91,7 +114,7 @@ def worker_args(cell: Cell, spec: BenchSpec, out: Path) -> list[str]:
     return ["--model", cell.model, "--batch-size", str(cell.batch_size), "--image-size",
             str(spec.image_size), "--compression", cell.compression, "--threads",
             str(threads_per_rank(cell.np)), "--warmup", str(spec.warmup), "--steps", str(spec.steps),
-            "--reps", str(spec.reps), "--out", str(out)]
+            "--reps", str(spec.reps), "--powersgd-rank", str(spec.powersgd_rank), "--out", str(out)]
 
 
 def command(cell: Cell, spec: BenchSpec, out: Path, hosts=None) -> list[str]:
@@ -118,13 +141,43 @@ def environment(cell: Cell, spec: BenchSpec) -> dict[str, str]:
 
 
 def run_cell(cell: Cell, spec: BenchSpec, scratch: Path, hosts=None) -> dict:
-    out = scratch / f"{cell.runner}-{'-'.join(map(str, cell.key()))}.json"
+    """One launch of one cell: the worker's raw JSON, or {"error": ...}."""
+    out = scratch / cell.file_name()
+    out.unlink(missing_ok=True)
     result = subprocess.run(command(cell, spec, out, hosts), env=environment(cell, spec),
                             capture_output=True, text=True, timeout=spec.timeout)
     if result.returncode != 0 or not out.exists():
         tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
-        return {**asdict(cell), "error": f"exit {result.returncode}: " + " | ".join(tail)}
-    return summarise(cell, json.loads(out.read_text()))
+        return {"error": f"exit {result.returncode}: " + " | ".join(tail)}
+    return json.loads(out.read_text())
+
+
+REPEATED = ("step_seconds", "allreduce_wait_seconds", "images_per_sec")
+
+
+def merge_rounds(raws: list[dict]) -> dict:
+    """One raw result from several rounds: the repetitions of every round together."""
+    merged = dict(raws[0])
+    for name in REPEATED:
+        merged[name] = [value for raw in raws for value in raw[name]]
+    return merged
+
+
+def run_matrix(todo: list[Cell], spec: BenchSpec, scratch: Path, hosts, bar) -> list[dict]:
+    """Every cell `spec.rounds` times, round by round; a cell that fails is not run again."""
+    raws: dict[Cell, list[dict]] = {cell: [] for cell in todo}
+    errors: dict[Cell, str] = {}
+    for _ in range(spec.rounds):
+        for cell in todo:
+            if cell not in errors:
+                raw = run_cell(cell, spec, scratch, hosts)
+                if "error" in raw:
+                    errors[cell] = raw["error"]
+                else:
+                    raws[cell].append(raw)
+            bar.update()
+    return [{**asdict(cell), "error": errors[cell]} if cell in errors
+            else summarise(cell, merge_rounds(raws[cell])) for cell in todo]
 
 
 def spread(values: list[float]) -> dict:
@@ -135,34 +188,34 @@ def summarise(cell: Cell, raw: dict) -> dict:
     step = statistics.median(raw["step_seconds"])
     waits = raw["allreduce_wait_seconds"]
     wait = None if any(w is None for w in waits) else statistics.median(waits)
-    # What each rank hands to the all-reduce per step; a ring moves 2(N-1)/N of it per rank.
-    buffer = raw["parameters"] * BYTES_PER_ELEMENT.get(cell.compression, 4)
+    # What each rank hands to the all-reduce per step (as the worker counted it, else from the
+    # parameters); a ring moves 2(N-1)/N of it per rank.
+    buffer = raw.get("allreduce_bytes_per_step")
+    if buffer is None and cell.compression in BYTES_PER_ELEMENT:
+        buffer = raw["parameters"] * BYTES_PER_ELEMENT[cell.compression]
     return {**asdict(cell), "threads_per_rank": raw["threads"], "parameters": raw["parameters"],
             "images_per_sec": spread(raw["images_per_sec"]),
             "images_per_sec_per_worker": statistics.median(raw["images_per_sec"]) / cell.np,
             "step_seconds": spread(raw["step_seconds"]),
             "allreduce_wait_seconds": wait,
             "communication_share": None if wait is None else wait / step,
-            "allreduce_bytes_per_step": buffer if cell.np > 1 else 0,
-            "ring_bytes_sent_per_rank": int(buffer * 2 * (cell.np - 1) / cell.np),
+            "allreduce_bytes_per_step": None if buffer is None else buffer if cell.np > 1 else 0,
+            "ring_bytes_sent_per_rank": None if buffer is None else int(buffer * 2 * (cell.np - 1) / cell.np),
             "horovod_settings": raw.get("horovod_settings", {}), "versions": raw.get("versions", {})}
 
 
 def add_ratios(results: list[dict]) -> None:
     """Scaling efficiency against np=1 of the same runner, and the cross-runner ratios."""
-    def median_of(runner: str, key: tuple) -> Optional[float]:
-        found = [r for r in results if "error" not in r and r["runner"] == runner and
-                 Cell(**{k: r[k] for k in Cell.__dataclass_fields__}).key() == key]
-        return found[0]["images_per_sec"]["median"] if found else None
-
+    speed = {(r["runner"], Cell.of(r).key()): r["images_per_sec"]["median"]
+             for r in results if "error" not in r}
     for r in results:
         if "error" in r:
             continue
-        key = Cell(**{k: r[k] for k in Cell.__dataclass_fields__}).key()
-        single = median_of(r["runner"], (key[0], 1, *key[2:]))
-        mine = r["images_per_sec"]["median"]
+        key = Cell.of(r).key()
+        mine = speed[(r["runner"], key)]
+        single = speed.get((r["runner"], (key[0], 1, "none", *key[3:])))
+        raw, ddp = speed.get(("raw-horovod", key)), speed.get(("ddp", key))
         r["scaling_efficiency"] = mine / (r["np"] * single) if single else None
-        raw, ddp = median_of("raw-horovod", key), median_of("ddp", key)
         r["vs_raw_horovod"] = mine / raw if raw and r["runner"] == "hvdcls" else None
         r["horovod_vs_ddp"] = mine / ddp if ddp and r["runner"] in ("hvdcls", "raw-horovod") else None
 
@@ -177,20 +230,62 @@ def shaped_hosts(spec: BenchSpec):
     return ShapedHosts(Link(spec.link_mbit, spec.link_delay_ms))
 
 
-def allreduce_sweep(spec: BenchSpec, hosts, scratch: Path) -> dict:
-    """Bus bandwidth of Horovod's all-reduce across the link, against the link's own rate."""
-    out = scratch / "sweep.json"
-    program = [sys.executable, str(BASELINES_DIR / "allreduce_sweep.py"), "--out", str(out)]
-    env = environment(Cell("raw-horovod", "torch", 2, "none", 0, ""), spec)
+def sweep_settings(spec: BenchSpec) -> list[tuple[float, float]]:
+    """(fusion MB, cycle ms) for each sweep launch; the bench's own settings first."""
+    grid = [(spec.fusion_threshold_mb, spec.cycle_time_ms)]
+    return grid + [pair for pair in itertools.product(spec.sweep_fusion_mb, spec.sweep_cycle_ms)
+                   if pair not in grid]
+
+
+def sweep_once(spec: BenchSpec, hosts, scratch: Path, fusion_mb: float, cycle_ms: float,
+               message_sizes: bool) -> dict:
+    out = scratch / f"sweep-{fusion_mb:g}-{cycle_ms:g}.json"
+    program = [sys.executable, str(BASELINES_DIR / "allreduce_sweep.py"), "--model", spec.models[0],
+               "--out", str(out)] + ([] if message_sizes else ["--sizes-mb"])
+    env = environment(Cell("raw-horovod", "torch", 2, "none", 0, ""),
+                      replace(spec, fusion_threshold_mb=fusion_mb, cycle_time_ms=cycle_ms))
     result = subprocess.run(hosts.horovodrun(2, program, launch.venv_tool("horovodrun")), env=env,
                             capture_output=True, text=True, timeout=spec.timeout)
     if result.returncode != 0 or not out.exists():
         return {"error": " | ".join((result.stdout + result.stderr).strip().splitlines()[-5:])}
-    sweep = json.loads(out.read_text())
-    sweep["link"] = hosts.link.describe()
-    for row in sweep["sweep"]:
-        row["share_of_link"] = row["bus_gbit_per_s"] * 1000 / spec.link_mbit
-    return sweep
+    return json.loads(out.read_text())
+
+
+def allreduce_sweep(spec: BenchSpec, hosts, scratch: Path) -> dict:
+    """Bus bandwidth of Horovod's all-reduce across the link against the link's own rate: single
+    messages by size, then one step's gradients of the first model per fusion threshold x cycle
+    time."""
+    link_gbit = spec.link_mbit / 1000
+    report: dict = {"link": hosts.link.describe(), "link_gbit_per_s": link_gbit, "gradients": []}
+    for index, (fusion_mb, cycle_ms) in enumerate(sweep_settings(spec)):
+        one = sweep_once(spec, hosts, scratch, fusion_mb, cycle_ms, message_sizes=index == 0)
+        if "error" in one:
+            report["gradients"].append({"fusion_mb": fusion_mb, "cycle_ms": cycle_ms, "error": one["error"]})
+            continue
+        if index == 0:
+            report.update(world_size=one["world_size"], sweep=one["sweep"])
+        report["gradients"].append({"fusion_mb": fusion_mb, "cycle_ms": cycle_ms, **one["gradients"]})
+    for row in report.get("sweep", []) + report["gradients"]:
+        if "bus_gbit_per_s" in row:
+            row["share_of_link"] = row["bus_gbit_per_s"] / link_gbit
+    if "sweep" not in report:
+        report["error"] = report["gradients"][0]["error"]
+    return report
+
+
+def validate(spec: BenchSpec) -> None:
+    """A bad flag is one line before anything is launched."""
+    counts = {"--np": spec.nps, "--batch-size": spec.batch_sizes, "--steps": [spec.steps],
+              "--reps": [spec.reps], "--rounds": [spec.rounds], "--image-size": [spec.image_size],
+              "--powersgd-rank": [spec.powersgd_rank]}
+    for flag, values in counts.items():
+        if any(v < 1 for v in values):
+            raise UserError(f"{flag} {' '.join(map(str, values))}: must be at least 1")
+    if spec.warmup < 0 or spec.fusion_threshold_mb < 0 or spec.cycle_time_ms <= 0:
+        raise UserError("--warmup and --fusion-threshold-mb must be >= 0 and --cycle-time-ms > 0")
+    unknown = sorted(set(spec.compressions) - set(COMPRESSIONS))
+    if unknown:
+        raise UserError(f"--compression {' '.join(unknown)}: use {', '.join(COMPRESSIONS)}")
 
 
 def machine() -> dict:
@@ -211,15 +306,18 @@ def run(spec: BenchSpec, output_dir: Path, progress: bool = True) -> dict:
     from tqdm import tqdm  # noqa: PLC0415 (only the bench needs it at run time)
     from hvdcls.bench_report import write_outputs
 
+    validate(spec)
     if spec.baselines and not BASELINES_DIR.is_dir():
         raise UserError(f"baselines asked for but {BASELINES_DIR} is missing (a source checkout "
                         "has it): pass --no-baselines")
     todo = cells(spec)
-    results, sweep = [], None
-    with tempfile.TemporaryDirectory(prefix="hvdcls-bench-") as scratch, shaped_hosts(spec) as hosts:
-        for cell in tqdm(todo, desc="bench", unit="cell", disable=not progress, file=sys.stderr):
-            results.append(run_cell(cell, spec, Path(scratch), hosts))
+    sweep = None
+    with tempfile.TemporaryDirectory(prefix="hvdcls-bench-") as scratch, shaped_hosts(spec) as hosts, \
+            tqdm(total=len(todo) * spec.rounds, desc="bench", unit="cell", disable=not progress,
+                 file=sys.stderr) as bar:
+        results = run_matrix(todo, spec, Path(scratch), hosts, bar)
         if hosts is not None:
+            bar.set_description("all-reduce sweep")
             sweep = allreduce_sweep(spec, hosts, Path(scratch))
     add_ratios(results)
     report = {"machine": machine(), "spec": asdict(spec), "cells": results, "allreduce_sweep": sweep}

@@ -15,6 +15,10 @@ def fmt(value, pattern: str = "{:.2f}") -> str:
     return "-" if value is None else pattern.format(value)
 
 
+def megabytes(num_bytes):
+    return None if num_bytes is None else num_bytes / 1e6
+
+
 def row(cell: dict) -> list[str]:
     head = [cell["runner"], cell["backend"], str(cell["np"]), cell["compression"],
             str(cell["batch_size"]), cell["model"]]
@@ -25,7 +29,7 @@ def row(cell: dict) -> list[str]:
                    fmt(cell["images_per_sec_per_worker"], "{:.1f}"), fmt(cell["scaling_efficiency"]),
                    fmt(cell["step_seconds"]["median"] * 1000, "{:.0f}"),
                    fmt(cell["communication_share"], "{:.0%}"),
-                   fmt(cell["allreduce_bytes_per_step"] / 1e6, "{:.1f}"),
+                   fmt(megabytes(cell["allreduce_bytes_per_step"]), "{:.2f}"),
                    fmt(cell["vs_raw_horovod"]), fmt(cell["horovod_vs_ddp"])]
 
 
@@ -35,7 +39,8 @@ def markdown(report: dict) -> str:
              f"{m['cpu']}, {m['usable_cores']} usable cores; Python {m['python']}; " +
              ", ".join(f"{k} {v}" for k, v in m["versions"].items()), "",
              f"image size {report['spec']['image_size']}, {report['spec']['warmup']} warm-up steps, "
-             f"{report['spec']['reps']} x {report['spec']['steps']} timed steps; fusion threshold "
+             f"{report['spec'].get('rounds', 1)} round(s) x {report['spec']['reps']} x "
+             f"{report['spec']['steps']} timed steps; fusion threshold "
              f"{report['spec']['fusion_threshold_mb']:g} MB, cycle time {report['spec']['cycle_time_ms']:g} ms; "
              "allreduce wait: share of the step spent waiting for gradients after backward "
              "(torch backend only).", "",
@@ -50,10 +55,27 @@ def sweep_lines(sweep) -> list[str]:
     if "error" in sweep:
         return ["", f"All-reduce sweep failed: {sweep['error']}"]
     lines = ["", f"All-reduce bus bandwidth across the shaped link ({sweep['link']}, "
-             f"{sweep['world_size']} ranks):", "", "| message MB | median s | bus Gbit/s | share of link |",
-             "|---|---|---|---|"]
-    return lines + [f"| {r['bytes'] / 1e6:.2f} | {r['seconds']:.4f} | {r['bus_gbit_per_s']:.3f} | "
-                    f"{r['share_of_link']:.0%} |" for r in sweep["sweep"]]
+             f"{sweep['world_size']} ranks), one message at a time:", "",
+             "| message MB | median s | bus Gbit/s | share of link |", "|---|---|---|---|"]
+    lines += [f"| {r['bytes'] / 1e6:.2f} | {r['seconds']:.4f} | {r['bus_gbit_per_s']:.3f} | "
+              f"{r['share_of_link']:.0%} |" for r in sweep["sweep"]]
+    return lines + gradient_lines(sweep["gradients"])
+
+
+def gradient_lines(rows: list[dict]) -> list[str]:
+    """One step's gradients under each fusion threshold x cycle time, fastest first."""
+    good = sorted((r for r in rows if "error" not in r), key=lambda r: r["seconds"])
+    if not good:
+        return []
+    first = good[0]
+    lines = ["", f"One step's gradients of {first['model']} ({first['tensors']} tensors, "
+             f"{first['bytes'] / 1e6:.1f} MB) by fusion threshold and cycle time, fastest first:", "",
+             "| fusion MB | cycle ms | median s | bus Gbit/s | share of link | vs fastest |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['fusion_mb']:g} | {r['cycle_ms']:g} | {r['seconds']:.4f} | {r['bus_gbit_per_s']:.3f} | "
+              f"{r['share_of_link']:.0%} | {first['seconds'] / r['seconds']:.2f} |" for r in good]
+    return lines + [f"| {r['fusion_mb']:g} | {r['cycle_ms']:g} | failed: {r['error'][:60]} | | | |"
+                    for r in rows if "error" in r]
 
 
 def plot(report: dict, path: Path) -> None:

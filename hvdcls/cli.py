@@ -145,7 +145,9 @@ def run_bench(a: argparse.Namespace) -> int:
                            batch_sizes=a.batch_size, models=a.model, image_size=a.image_size,
                            warmup=a.warmup, steps=a.steps, reps=a.reps, baselines=a.baselines,
                            fusion_threshold_mb=a.fusion_threshold_mb, cycle_time_ms=a.cycle_time_ms,
-                           link_mbit=a.link_mbit, link_delay_ms=a.link_delay_ms)
+                           link_mbit=a.link_mbit, link_delay_ms=a.link_delay_ms, rounds=a.rounds,
+                           powersgd_rank=a.powersgd_rank, sweep_fusion_mb=a.sweep_fusion_mb,
+                           sweep_cycle_ms=a.sweep_cycle_ms)
     report = bench.run(spec, a.output_dir, progress=not a.quiet)
     print(importlib.import_module("hvdcls.bench_report").markdown(report))
     failed = [c for c in report["cells"] if "error" in c]
@@ -155,16 +157,21 @@ def run_bench(a: argparse.Namespace) -> int:
 def add_bench(sub) -> None:
     parser = sub.add_parser("bench", help="throughput over backend x processes x compression x batch "
                             "x model, beside DDP and raw Horovod (bench.json, bench.md, bench.png)")
-    defaults = importlib.import_module("hvdcls.bench").BenchSpec()
+    bench = importlib.import_module("hvdcls.bench")
+    defaults = bench.BenchSpec()
     parser.add_argument("--backends", nargs="+", choices=registry.names(), default=defaults.backends)
     parser.add_argument("--np", nargs="+", type=int, default=defaults.nps, help="process counts")
-    parser.add_argument("--compression", nargs="+", choices=["none", "fp16"], default=defaults.compressions)
+    parser.add_argument("--compression", nargs="+", choices=bench.COMPRESSIONS, default=defaults.compressions,
+                        help="np=1 runs uncompressed only; powersgd has a DDP baseline, no raw-Horovod one")
+    parser.add_argument("--powersgd-rank", type=int, default=defaults.powersgd_rank)
     parser.add_argument("--batch-size", nargs="+", type=int, default=defaults.batch_sizes, help="per worker")
     parser.add_argument("--model", nargs="+", default=defaults.models)
     parser.add_argument("--image-size", type=int, default=defaults.image_size)
     parser.add_argument("--warmup", type=int, default=defaults.warmup, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=defaults.steps, help="timed steps per repetition")
     parser.add_argument("--reps", type=int, default=defaults.reps, help="repetitions (median, spread)")
+    parser.add_argument("--rounds", type=int, default=defaults.rounds, help="run the whole matrix this "
+                        "many times, interleaved, pooling the repetitions (evens out a drifting machine)")
     parser.add_argument("--no-baselines", dest="baselines", action="store_false",
                         help="skip the DDP and raw-Horovod loops")
     parser.add_argument("--fusion-threshold-mb", type=float, default=defaults.fusion_threshold_mb)
@@ -172,6 +179,10 @@ def add_bench(sub) -> None:
     parser.add_argument("--link-mbit", type=float, help="run the np=2 cells across two network "
                         "namespaces joined by a link shaped to this rate (root; e.g. 1000, 10000)")
     parser.add_argument("--link-delay-ms", type=float, default=0.0, help="one-way delay on that link")
+    parser.add_argument("--sweep-fusion-mb", nargs="+", type=float, default=defaults.sweep_fusion_mb,
+                        help="with --link-mbit: fusion thresholds to time a step's gradients under (0: no fusion)")
+    parser.add_argument("--sweep-cycle-ms", nargs="+", type=float, default=defaults.sweep_cycle_ms,
+                        help="with --link-mbit: cycle times, crossed with --sweep-fusion-mb")
     parser.add_argument("--output-dir", type=Path, default=Path("runs/bench"))
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run_bench)

@@ -40,3 +40,19 @@ def test_namespaces_are_removed_when_the_job_fails():
             made = hosts.exists()
             raise RuntimeError("the job failed")
     assert made == hosts.namespaces and hosts.exists() == []
+
+
+def test_the_sweep_times_gradients_under_each_fusion_setting_across_the_link(tmp_path):
+    from hvdcls import bench
+
+    spec = bench.BenchSpec(models=["mobilenet_v3_small"], link_mbit=1000, sweep_fusion_mb=[0.0, 32.0],
+                           sweep_cycle_ms=[5.0], timeout=300)
+    with ShapedHosts(Link(rate_mbit=spec.link_mbit)) as hosts:
+        sweep = bench.allreduce_sweep(spec, hosts, tmp_path)
+    assert "error" not in sweep, sweep
+    assert [(r["fusion_mb"], r["cycle_ms"]) for r in sweep["gradients"]] == [(32.0, 5.0), (0.0, 5.0)]
+    for row in sweep["sweep"] + sweep["gradients"]:
+        assert "error" not in row, row
+        # A ring cannot beat the link it crosses (10% slack for tbf's bucket).
+        assert 0 < row["share_of_link"] <= 1.1, row
+    assert sweep["gradients"][0]["tensors"] > 100  # mobilenet_v3_small's parameter tensors

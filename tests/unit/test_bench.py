@@ -1,5 +1,8 @@
 """hvdcls.bench's pure parts: the matrix, the summary of a cell and the ratios between runners."""
+import pytest
+
 from hvdcls import bench, bench_report
+from hvdcls.errors import UserError
 
 
 def raw(images_per_sec, parameters=1000, waits=None):
@@ -59,3 +62,64 @@ def test_a_failed_cell_is_a_row_not_a_crash():
     text = bench_report.markdown(report)
     assert "failed: exit 1: boom" in text
     assert text.count("\n| ") == 2  # header + one row
+
+
+def test_one_process_runs_uncompressed_and_powersgd_has_only_a_ddp_baseline():
+    spec = bench.BenchSpec(backends=["torch"], nps=[1, 2], compressions=["fp16", "powersgd"],
+                           batch_sizes=[16], models=["m"])
+    cells = bench.cells(spec)
+    assert {(c.runner, c.np, c.compression) for c in cells} == {
+        ("hvdcls", 1, "none"), ("hvdcls", 2, "fp16"), ("hvdcls", 2, "powersgd"),
+        ("raw-horovod", 1, "none"), ("raw-horovod", 2, "fp16"),
+        ("ddp", 1, "none"), ("ddp", 2, "fp16"), ("ddp", 2, "powersgd")}
+    assert len(cells) == len(set(cells))
+
+
+def test_compressed_cells_scale_against_the_uncompressed_single_process():
+    results = [bench.summarise(bench.Cell("hvdcls", "torch", n, c, 16, "m"), raw([v]))
+               for n, c, v in [(1, "none", 100.0), (2, "fp16", 180.0), (2, "powersgd", 190.0)]]
+    bench.add_ratios(results)
+    assert [r["scaling_efficiency"] for r in results] == [1.0, 0.9, 0.95]
+
+
+def test_counted_bytes_win_over_the_parameter_estimate():
+    counted = bench.summarise(bench.Cell("hvdcls", "torch", 2, "powersgd", 16, "m"),
+                              {**raw([100.0], 1000), "allreduce_bytes_per_step": 120})
+    assert counted["allreduce_bytes_per_step"] == 120 and counted["ring_bytes_sent_per_rank"] == 120
+    unknown = bench.summarise(bench.Cell("ddp", "torch", 2, "powersgd", 16, "m"), raw([100.0], 1000))
+    assert unknown["allreduce_bytes_per_step"] is None and unknown["ring_bytes_sent_per_rank"] is None
+    shown = bench_report.row({**unknown, "scaling_efficiency": 1.0, "vs_raw_horovod": None,
+                              "horovod_vs_ddp": None})
+    assert shown[bench_report.COLUMNS.index("MB/step")] == "-"
+
+
+def test_rounds_pool_their_repetitions():
+    merged = bench.merge_rounds([raw([100.0, 110.0]), raw([90.0])])
+    assert merged["images_per_sec"] == [100.0, 110.0, 90.0]
+    assert len(merged["step_seconds"]) == len(merged["allreduce_wait_seconds"]) == 3
+    cell = bench.summarise(bench.Cell("hvdcls", "torch", 2, "none", 16, "m"), merged)
+    assert cell["images_per_sec"] == {"median": 100.0, "min": 90.0, "max": 110.0}
+
+
+def test_the_sweep_grid_starts_with_the_bench_settings_once():
+    spec = bench.BenchSpec(fusion_threshold_mb=32.0, cycle_time_ms=5.0, sweep_fusion_mb=[0.0, 32.0],
+                           sweep_cycle_ms=[1.0, 5.0])
+    assert bench.sweep_settings(spec) == [(32.0, 5.0), (0.0, 1.0), (0.0, 5.0), (32.0, 1.0)]
+
+
+def test_gradient_sweep_table_is_fastest_first_with_failures_last():
+    rows = [{"fusion_mb": f, "cycle_ms": 5.0, "model": "m", "tensors": 3, "bytes": 4_000_000,
+             "seconds": s, "bus_gbit_per_s": 1.0, "share_of_link": 0.5} for f, s in [(0.0, 2.0), (32.0, 1.0)]]
+    lines = bench_report.gradient_lines(rows + [{"fusion_mb": 4.0, "cycle_ms": 1.0, "error": "boom"}])
+    body = [line for line in lines if line.startswith("| ") and "fusion MB" not in line]
+    assert body[0].startswith("| 32 | 5 | 1.0000") and body[0].endswith("| 1.00 |")
+    assert body[1].startswith("| 0 | 5 | 2.0000") and body[1].endswith("| 0.50 |")
+    assert "failed: boom" in body[2]
+
+
+@pytest.mark.parametrize("change, flag", [({"nps": [0]}, "--np"), ({"rounds": 0}, "--rounds"),
+                                          ({"compressions": ["gzip"]}, "--compression"),
+                                          ({"cycle_time_ms": 0}, "--cycle-time-ms")])
+def test_bad_flags_are_one_line_errors(change, flag):
+    with pytest.raises(UserError, match=flag):
+        bench.validate(bench.BenchSpec(**change))
