@@ -19,6 +19,7 @@ import itertools
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -140,12 +141,47 @@ def environment(cell: Cell, spec: BenchSpec) -> dict[str, str]:
     return env
 
 
+def kill_group(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def launch_group(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """subprocess.run in a process group of its own, killed whole (the launcher's ranks too) on
+    a timeout, which becomes exit 124, or when the bench itself is interrupted."""
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(process)
+            out, err = process.communicate()
+            return subprocess.CompletedProcess(cmd, 124, out, err + f"\ntimed out after {timeout:g} s")
+        except BaseException:
+            kill_group(process)
+            raise
+    return subprocess.CompletedProcess(cmd, process.returncode, out, err)
+
+
+@contextlib.contextmanager
+def terminate_unwinds():
+    """SIGTERM (`kill`, a batch scheduler) unwinds like Ctrl-C does: the running launch is
+    killed and the shaped-link namespaces are removed, instead of being left behind."""
+    def unwind(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_cell(cell: Cell, spec: BenchSpec, scratch: Path, hosts=None) -> dict:
     """One launch of one cell: the worker's raw JSON, or {"error": ...}."""
     out = scratch / cell.file_name()
     out.unlink(missing_ok=True)
-    result = subprocess.run(command(cell, spec, out, hosts), env=environment(cell, spec),
-                            capture_output=True, text=True, timeout=spec.timeout)
+    result = launch_group(command(cell, spec, out, hosts), environment(cell, spec), spec.timeout)
     if result.returncode != 0 or not out.exists():
         tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
         return {"error": f"exit {result.returncode}: " + " | ".join(tail)}
@@ -244,8 +280,7 @@ def sweep_once(spec: BenchSpec, hosts, scratch: Path, fusion_mb: float, cycle_ms
                "--out", str(out)] + ([] if message_sizes else ["--sizes-mb"])
     env = environment(Cell("raw-horovod", "torch", 2, "none", 0, ""),
                       replace(spec, fusion_threshold_mb=fusion_mb, cycle_time_ms=cycle_ms))
-    result = subprocess.run(hosts.horovodrun(2, program, launch.venv_tool("horovodrun")), env=env,
-                            capture_output=True, text=True, timeout=spec.timeout)
+    result = launch_group(hosts.horovodrun(2, program, launch.venv_tool("horovodrun")), env, spec.timeout)
     if result.returncode != 0 or not out.exists():
         return {"error": " | ".join((result.stdout + result.stderr).strip().splitlines()[-5:])}
     return json.loads(out.read_text())
@@ -312,7 +347,8 @@ def run(spec: BenchSpec, output_dir: Path, progress: bool = True) -> dict:
                         "has it): pass --no-baselines")
     todo = cells(spec)
     sweep = None
-    with tempfile.TemporaryDirectory(prefix="hvdcls-bench-") as scratch, shaped_hosts(spec) as hosts, \
+    with terminate_unwinds(), tempfile.TemporaryDirectory(prefix="hvdcls-bench-") as scratch, \
+            shaped_hosts(spec) as hosts, \
             tqdm(total=len(todo) * spec.rounds, desc="bench", unit="cell", disable=not progress,
                  file=sys.stderr) as bar:
         results = run_matrix(todo, spec, Path(scratch), hosts, bar)

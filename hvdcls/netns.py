@@ -13,7 +13,9 @@ iproute2 (ip, tc) and OpenSSH's sshd.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -73,15 +75,36 @@ def own_hostname(address: str) -> list[str]:
     return ["unshare", "--uts", "sh", "-c", f'hostname {address} && exec "$@"', "own-hostname"]
 
 
+def delete_namespace(namespace: str) -> None:
+    """Kill what still runs inside (ranks started over ssh outlive a killed launcher), then
+    delete it; that deletes the veth end inside it, and with it the peer."""
+    pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout
+    for pid in pids.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    subprocess.run(["ip", "netns", "delete", namespace], capture_output=True)
+
+
+def remove_orphans() -> None:
+    """Namespaces an earlier bench left behind when it was SIGKILLed (its pid is gone)."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for name in (line.split()[0] for line in listed.splitlines() if line.strip()):
+        match = re.fullmatch(r"hvdcls-(\d+)-[ab]", name)
+        if match and not Path(f"/proc/{match.group(1)}").exists():
+            delete_namespace(name)
+
+
 class ShapedHosts:
     """Two namespaces joined by a shaped veth pair, sshd in each; a context manager."""
 
     def __init__(self, link: Link, slots: int = 1):
         self.link, self.slots = link, slots
-        tag = f"{os.getpid() % 100000}"
+        tag = str(os.getpid())
         self.namespaces = [f"hvdcls-{tag}-a", f"hvdcls-{tag}-b"]
         self.addresses = [f"{SUBNET}.1", f"{SUBNET}.2"]
-        self.veths = [f"hv{tag}a", f"hv{tag}b"]
+        self.veths = [f"hv{tag}a", f"hv{tag}b"]  # at most 15 characters: pids reach 4194304
         self.sshds: list[subprocess.Popen] = []
         self.scratch: Optional[Path] = None
 
@@ -89,6 +112,7 @@ class ShapedHosts:
         reason = unavailable_reason()
         if reason:
             raise UserError(f"cannot make shaped-link hosts: {reason}")
+        remove_orphans()
         try:
             self._make_link()
             self._start_sshds()
@@ -178,9 +202,8 @@ class ShapedHosts:
             except subprocess.TimeoutExpired:
                 sshd.kill()
         self._forget_host_keys()
-        # Deleting a namespace deletes the veth end inside it, and with it the peer.
         for ns in self.namespaces:
-            subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+            delete_namespace(ns)
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
 

@@ -1,8 +1,12 @@
 """The bench's shaped-link hosts: two network namespaces over a tc-shaped veth pair (tbf: this kernel has no netem for delays), each with
 its own sshd; a real Horovod all-reduce crosses between them; nothing is left afterwards, also
 when the job inside fails."""
+import contextlib
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +60,65 @@ def test_the_sweep_times_gradients_under_each_fusion_setting_across_the_link(tmp
         # A ring cannot beat the link it crosses (10% slack for tbf's bucket).
         assert 0 < row["share_of_link"] <= 1.1, row
     assert sweep["gradients"][0]["tensors"] > 100  # mobilenet_v3_small's parameter tensors
+
+
+def bench_namespaces(pid: int) -> list[str]:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in listed.splitlines() if line.startswith(f"hvdcls-{pid}-")]
+
+
+def ranks_inside(pid: int) -> list[int]:
+    """The bench workers running inside the namespaces of the bench with this pid."""
+    found = []
+    for ns in bench_namespaces(pid):
+        for inner in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
+            with contextlib.suppress(OSError):
+                if b"hvdcls.bench_worker" in Path(f"/proc/{inner}/cmdline").read_bytes():
+                    found.append(int(inner))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running, or stopped; not gone and not a zombie (killed, its parent yet to reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_sigterm_to_a_shaped_link_bench_kills_its_ranks_and_removes_the_namespaces(tmp_path):
+    out = tmp_path / "bench-out"
+    bench = subprocess.Popen(launch.hvdcls_command(
+        "bench", "--backends", "torch", "--np", "2", "--compression", "none", "--no-baselines",
+        "--model", "mobilenet_v3_small", "--image-size", "32", "--batch-size", "4", "--warmup", "1",
+        "--steps", "1000", "--reps", "1", "--link-mbit", "100", "--output-dir", str(out), "--quiet"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        ranks: list[int] = []
+        for _ in range(1200):  # until both ranks run inside the namespaces (np=1 runs first)
+            ranks = ranks_inside(bench.pid)
+            if len(ranks) == 2:
+                break
+            assert bench.poll() is None, bench.stdout.read()
+            time.sleep(0.1)
+        assert len(ranks) == 2
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        bench.kill()
+    assert bench_namespaces(bench.pid) == []
+    assert not [rank for rank in ranks if alive(rank)]
+    assert not (out / "bench.json").exists()
+
+
+def test_namespaces_of_a_killed_bench_are_removed_by_the_next_one():
+    dead = subprocess.Popen(["true"])  # a pid that has surely exited
+    dead.wait()
+    orphan = f"hvdcls-{dead.pid}-a"
+    subprocess.run(["ip", "netns", "add", orphan], check=True)
+    try:
+        with ShapedHosts(Link(rate_mbit=100)):
+            assert orphan not in bench_namespaces(dead.pid)
+    finally:
+        subprocess.run(["ip", "netns", "delete", orphan], capture_output=True)
