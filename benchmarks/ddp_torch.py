@@ -1,4 +1,5 @@
-"""Baseline: the same step under PyTorch DistributedDataParallel (gloo), launched by torchrun.
+"""Baseline: the same step under PyTorch DistributedDataParallel (gloo on CPU, nccl on GPU),
+launched by torchrun.
 
     torchrun --nproc_per_node 2 benchmarks/ddp_torch.py --out d.json
 """
@@ -10,23 +11,28 @@ import torchvision
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from common import measure, parse, write
-from torch_step import plain_step
+from torch_input import batches
+from torch_step import local_rank, pick_device, plain_step
 
 
 def main() -> None:
     args = parse(__doc__.splitlines()[0])
-    dist.init_process_group("gloo")
+    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    device = pick_device(args, local_rank())
     model = torchvision.models.get_model(args.model, weights=None, num_classes=10)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    model = model.to(device)  # channels-last on the batches only, as hvdcls does (torch_input)
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None)
     if args.compression == "fp16":  # DDP's counterpart of Horovod's fp16 compression
         ddp.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
-    per_step = measure(plain_step(ddp, optimizer, args), args)
+    step = plain_step(ddp, optimizer, device)
+    timings = measure(step, batches(args, dist.get_rank(), dist.get_world_size(), device), args)
     if dist.get_rank() == 0:
         write(args, "ddp", "torch", dist.get_world_size(),
-              sum(p.numel() for p in model.parameters()), per_step,
+              sum(p.numel() for p in model.parameters()), timings,
               {"torch": torch.__version__, "torchrun_master_port": os.environ.get("MASTER_PORT", "")})
     dist.destroy_process_group()
 

@@ -28,7 +28,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-from hvdcls import fileio, launch
+from hvdcls import bench_data, fileio, gpu, launch
 from hvdcls.errors import UserError
 
 BASELINES_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -55,6 +55,9 @@ class BenchSpec:
     timeout: int = 900
     link_mbit: Optional[float] = None  # run np>1 cells across two namespaces over a shaped link
     link_delay_ms: float = 0.0
+    data: list[str] = field(default_factory=lambda: ["memory"])  # memory | imagefolder | lmdb
+    loader_workers: int = 2  # data.workers of every rank in imagefolder/lmdb cells
+    device: str = "cpu"  # cpu | cuda (AMP float16, channels-last for torch)
 
 
 @dataclass(frozen=True)
@@ -65,20 +68,22 @@ class Cell:
     compression: str
     batch_size: int
     model: str
+    data: str = "memory"  # memory: one batch held in memory; imagefolder | lmdb: real loader
 
     def key(self) -> tuple:
-        return (self.backend, self.np, self.compression, self.batch_size, self.model)
+        return (self.backend, self.np, self.compression, self.batch_size, self.model, self.data)
 
 
 def cells(spec: BenchSpec) -> list[Cell]:
     """The matrix, then each baseline that matches one of its cells."""
     out = [Cell("hvdcls", *c) for c in itertools.product(
-        spec.backends, spec.nps, spec.compressions, spec.batch_sizes, spec.models)]
+        spec.backends, spec.nps, spec.compressions, spec.batch_sizes, spec.models, spec.data)]
     if spec.baselines:
         # DDP's torchrun does not cross our namespaces: across a shaped link, Horovod only.
         runners = ("raw-horovod",) if spec.link_mbit else ("raw-horovod", "ddp")
         out += [Cell(runner, c.backend, *c.key()[1:]) for c in list(out)
-                for runner in runners if (runner, c.backend) in BASELINE_SCRIPTS]
+                for runner in runners if (runner, c.backend) in BASELINE_SCRIPTS
+                and c.data != "lmdb"]  # LMDB is our own format: no plain loop reads it
     return out
 
 
@@ -91,7 +96,8 @@ def worker_args(cell: Cell, spec: BenchSpec, out: Path) -> list[str]:
     return ["--model", cell.model, "--batch-size", str(cell.batch_size), "--image-size",
             str(spec.image_size), "--compression", cell.compression, "--threads",
             str(threads_per_rank(cell.np)), "--warmup", str(spec.warmup), "--steps", str(spec.steps),
-            "--reps", str(spec.reps), "--out", str(out)]
+            "--reps", str(spec.reps), "--out", str(out), "--device", spec.device,
+            *bench_data.data_flags(cell.data, out.parent, spec.loader_workers)]
 
 
 def command(cell: Cell, spec: BenchSpec, out: Path, hosts=None) -> list[str]:
@@ -133,6 +139,7 @@ def spread(values: list[float]) -> dict:
 
 def summarise(cell: Cell, raw: dict) -> dict:
     step = statistics.median(raw["step_seconds"])
+    data_wait = statistics.median(raw["data_wait_seconds"]) if raw.get("data_wait_seconds") else None
     waits = raw["allreduce_wait_seconds"]
     wait = None if any(w is None for w in waits) else statistics.median(waits)
     # What each rank hands to the all-reduce per step; a ring moves 2(N-1)/N of it per rank.
@@ -143,6 +150,9 @@ def summarise(cell: Cell, raw: dict) -> dict:
             "step_seconds": spread(raw["step_seconds"]),
             "allreduce_wait_seconds": wait,
             "communication_share": None if wait is None else wait / step,
+            "loader_workers": raw.get("loader_workers"), "device": raw.get("device", "cpu"),
+            "data_wait_seconds": data_wait,
+            "data_wait_share": None if data_wait is None else data_wait / step,
             "allreduce_bytes_per_step": buffer if cell.np > 1 else 0,
             "ring_bytes_sent_per_rank": int(buffer * 2 * (cell.np - 1) / cell.np),
             "horovod_settings": raw.get("horovod_settings", {}), "versions": raw.get("versions", {})}
@@ -214,9 +224,12 @@ def run(spec: BenchSpec, output_dir: Path, progress: bool = True) -> dict:
     if spec.baselines and not BASELINES_DIR.is_dir():
         raise UserError(f"baselines asked for but {BASELINES_DIR} is missing (a source checkout "
                         "has it): pass --no-baselines")
+    if spec.device == "cuda":
+        gpu.require_nvidia_gpu("--device cuda")
     todo = cells(spec)
     results, sweep = [], None
     with tempfile.TemporaryDirectory(prefix="hvdcls-bench-") as scratch, shaped_hosts(spec) as hosts:
+        bench_data.write_for_spec(spec, Path(scratch))
         for cell in tqdm(todo, desc="bench", unit="cell", disable=not progress, file=sys.stderr):
             results.append(run_cell(cell, spec, Path(scratch), hosts))
         if hosts is not None:

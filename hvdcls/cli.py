@@ -145,7 +145,8 @@ def run_bench(a: argparse.Namespace) -> int:
                            batch_sizes=a.batch_size, models=a.model, image_size=a.image_size,
                            warmup=a.warmup, steps=a.steps, reps=a.reps, baselines=a.baselines,
                            fusion_threshold_mb=a.fusion_threshold_mb, cycle_time_ms=a.cycle_time_ms,
-                           link_mbit=a.link_mbit, link_delay_ms=a.link_delay_ms)
+                           link_mbit=a.link_mbit, link_delay_ms=a.link_delay_ms, data=a.data,
+                           loader_workers=a.loader_workers, device=a.device)
     report = bench.run(spec, a.output_dir, progress=not a.quiet)
     print(importlib.import_module("hvdcls.bench_report").markdown(report))
     failed = [c for c in report["cells"] if "error" in c]
@@ -172,6 +173,14 @@ def add_bench(sub) -> None:
     parser.add_argument("--link-mbit", type=float, help="run the np=2 cells across two network "
                         "namespaces joined by a link shaped to this rate (root; e.g. 1000, 10000)")
     parser.add_argument("--link-delay-ms", type=float, default=0.0, help="one-way delay on that link")
+    data_modes = importlib.import_module("hvdcls.bench_data").DATA_MODES
+    parser.add_argument("--data", nargs="+", choices=data_modes,
+                        default=defaults.data, help="memory: one batch reused; imagefolder/lmdb: "
+                        "JPEGs written for the run, read through the real loader")
+    parser.add_argument("--loader-workers", type=int, default=defaults.loader_workers,
+                        help="loader workers per rank in imagefolder/lmdb cells")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default=defaults.device,
+                        help="cuda: float16 AMP, channels-last (torch); needs an NVIDIA GPU")
     parser.add_argument("--output-dir", type=Path, default=Path("runs/bench"))
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run_bench)
