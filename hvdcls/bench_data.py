@@ -70,14 +70,14 @@ def write_imagefolder(root: Path, num_images: int, side: int, seed: int = 0) -> 
 
 def write_dataset(scratch: Path, num_images: int, image_size: int, modes) -> DataPaths:
     """The files the `modes` need; the LMDB is always packed from the ImageFolder tree."""
-    from hvdcls import lmdb_store  # only LMDB cells need the lmdb package
-
     paths = data_paths(scratch)
     if not set(modes) & set(FILE_MODES):
         return paths
     paths.imagefolder.parent.mkdir(parents=True, exist_ok=True)
     write_imagefolder(paths.imagefolder, num_images, 2 * image_size)
     if "lmdb" in modes:
+        from hvdcls import lmdb_store  # only LMDB cells need it (and the lmdb package)
+
         lmdb_store.pack(paths.imagefolder, paths.lmdb, progress=False)
     return paths
 
