@@ -29,7 +29,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-from hvdcls import fileio, launch
+from hvdcls import bench_data, fileio, gpu, launch
 from hvdcls.errors import UserError
 
 BASELINES_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -66,6 +66,9 @@ class BenchSpec:
     # a threshold of 0 turns fusion off).
     sweep_fusion_mb: list[float] = field(default_factory=lambda: [0.0, 4.0, 32.0, 128.0])
     sweep_cycle_ms: list[float] = field(default_factory=lambda: [1.0, 5.0, 20.0])
+    data: list[str] = field(default_factory=lambda: ["memory"])  # memory | imagefolder | lmdb
+    loader_workers: int = 2  # data.workers of every rank in imagefolder/lmdb cells
+    device: str = "cpu"  # cpu | cuda (AMP float16, channels-last for torch)
 
 
 @dataclass(frozen=True)
@@ -76,9 +79,10 @@ class Cell:
     compression: str
     batch_size: int
     model: str
+    data: str = "memory"  # memory: one batch held in memory; imagefolder | lmdb: real loader
 
     def key(self) -> tuple:
-        return (self.backend, self.np, self.compression, self.batch_size, self.model)
+        return (self.backend, self.np, self.compression, self.batch_size, self.model, self.data)
 
     def file_name(self) -> str:
         return f"{self.runner}-{'-'.join(map(str, self.key()))}.json"
@@ -92,9 +96,9 @@ class Cell:
 def cells(spec: BenchSpec) -> list[Cell]:
     """The matrix, then each baseline that matches one of its cells. One process has nothing to
     compress: np=1 runs uncompressed only, the base of every compression's scaling efficiency."""
-    out = [Cell("hvdcls", backend, np, compression, batch, model)
-           for backend, np, compression, batch, model in itertools.product(
-               spec.backends, spec.nps, spec.compressions, spec.batch_sizes, spec.models)
+    out = [Cell("hvdcls", backend, np, compression, batch, model, data)
+           for backend, np, compression, batch, model, data in itertools.product(
+               spec.backends, spec.nps, spec.compressions, spec.batch_sizes, spec.models, spec.data)
            if np > 1 or compression == spec.compressions[0]]
     out = [replace(c, compression="none") if c.np == 1 else c for c in out]
     if spec.baselines:
@@ -102,7 +106,8 @@ def cells(spec: BenchSpec) -> list[Cell]:
         runners = ("raw-horovod",) if spec.link_mbit else ("raw-horovod", "ddp")
         out += [Cell(runner, c.backend, *c.key()[1:]) for c in list(out)
                 for runner in runners if (runner, c.backend) in BASELINE_SCRIPTS
-                and (runner, c.compression) not in NO_BASELINE]
+                and (runner, c.compression) not in NO_BASELINE
+                and c.data != "lmdb"]  # LMDB is our own format: no plain loop reads it
     return out
 
 
@@ -115,7 +120,8 @@ def worker_args(cell: Cell, spec: BenchSpec, out: Path) -> list[str]:
     return ["--model", cell.model, "--batch-size", str(cell.batch_size), "--image-size",
             str(spec.image_size), "--compression", cell.compression, "--threads",
             str(threads_per_rank(cell.np)), "--warmup", str(spec.warmup), "--steps", str(spec.steps),
-            "--reps", str(spec.reps), "--powersgd-rank", str(spec.powersgd_rank), "--out", str(out)]
+            "--reps", str(spec.reps), "--powersgd-rank", str(spec.powersgd_rank), "--out", str(out),
+            "--device", spec.device, *bench_data.data_flags(cell.data, out.parent, spec.loader_workers)]
 
 
 def command(cell: Cell, spec: BenchSpec, out: Path, hosts=None) -> list[str]:
@@ -188,14 +194,15 @@ def run_cell(cell: Cell, spec: BenchSpec, scratch: Path, hosts=None) -> dict:
     return json.loads(out.read_text())
 
 
-REPEATED = ("step_seconds", "allreduce_wait_seconds", "images_per_sec")
+REPEATED = ("step_seconds", "allreduce_wait_seconds", "images_per_sec", "data_wait_seconds")
 
 
 def merge_rounds(raws: list[dict]) -> dict:
     """One raw result from several rounds: the repetitions of every round together."""
     merged = dict(raws[0])
     for name in REPEATED:
-        merged[name] = [value for raw in raws for value in raw[name]]
+        if name in merged:
+            merged[name] = [value for raw in raws for value in raw[name]]
     return merged
 
 
@@ -222,6 +229,7 @@ def spread(values: list[float]) -> dict:
 
 def summarise(cell: Cell, raw: dict) -> dict:
     step = statistics.median(raw["step_seconds"])
+    data_wait = statistics.median(raw["data_wait_seconds"]) if raw.get("data_wait_seconds") else None
     waits = raw["allreduce_wait_seconds"]
     wait = None if any(w is None for w in waits) else statistics.median(waits)
     # What each rank hands to the all-reduce per step (as the worker counted it, else from the
@@ -235,6 +243,9 @@ def summarise(cell: Cell, raw: dict) -> dict:
             "step_seconds": spread(raw["step_seconds"]),
             "allreduce_wait_seconds": wait,
             "communication_share": None if wait is None else wait / step,
+            "loader_workers": raw.get("loader_workers"), "device": raw.get("device", "cpu"),
+            "data_wait_seconds": data_wait,
+            "data_wait_share": None if data_wait is None else data_wait / step,
             "allreduce_bytes_per_step": None if buffer is None else buffer if cell.np > 1 else 0,
             "ring_bytes_sent_per_rank": None if buffer is None else int(buffer * 2 * (cell.np - 1) / cell.np),
             "horovod_settings": raw.get("horovod_settings", {}), "versions": raw.get("versions", {})}
@@ -345,12 +356,15 @@ def run(spec: BenchSpec, output_dir: Path, progress: bool = True) -> dict:
     if spec.baselines and not BASELINES_DIR.is_dir():
         raise UserError(f"baselines asked for but {BASELINES_DIR} is missing (a source checkout "
                         "has it): pass --no-baselines")
+    if spec.device == "cuda":
+        gpu.require_nvidia_gpu("--device cuda")
     todo = cells(spec)
     sweep = None
     with terminate_unwinds(), tempfile.TemporaryDirectory(prefix="hvdcls-bench-") as scratch, \
             shaped_hosts(spec) as hosts, \
             tqdm(total=len(todo) * spec.rounds, desc="bench", unit="cell", disable=not progress,
                  file=sys.stderr) as bar:
+        bench_data.write_for_spec(spec, Path(scratch))
         results = run_matrix(todo, spec, Path(scratch), hosts, bar)
         if hosts is not None:
             bar.set_description("all-reduce sweep")

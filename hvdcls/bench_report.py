@@ -6,9 +6,9 @@ from pathlib import Path
 
 from hvdcls import fileio
 
-COLUMNS = ["runner", "backend", "np", "compression", "batch", "model", "img/s (median)", "spread",
-           "img/s/worker", "scaling eff.", "step ms", "allreduce wait", "MB/step", "vs raw Horovod",
-           "Horovod/DDP"]
+COLUMNS = ["runner", "backend", "np", "compression", "batch", "model", "data", "img/s (median)",
+           "spread", "img/s/worker", "scaling eff.", "step ms", "allreduce wait", "data wait",
+           "MB/step", "vs raw Horovod", "Horovod/DDP"]
 
 
 def fmt(value, pattern: str = "{:.2f}") -> str:
@@ -21,7 +21,7 @@ def megabytes(num_bytes):
 
 def row(cell: dict) -> list[str]:
     head = [cell["runner"], cell["backend"], str(cell["np"]), cell["compression"],
-            str(cell["batch_size"]), cell["model"]]
+            str(cell["batch_size"]), cell["model"], data_label(cell)]
     if "error" in cell:
         return head + [f"failed: {cell['error'][:80]}"] + [""] * (len(COLUMNS) - len(head) - 1)
     ips = cell["images_per_sec"]
@@ -29,8 +29,16 @@ def row(cell: dict) -> list[str]:
                    fmt(cell["images_per_sec_per_worker"], "{:.1f}"), fmt(cell["scaling_efficiency"]),
                    fmt(cell["step_seconds"]["median"] * 1000, "{:.0f}"),
                    fmt(cell["communication_share"], "{:.0%}"),
+                   fmt(cell.get("data_wait_share"), "{:.0%}"),
                    fmt(megabytes(cell["allreduce_bytes_per_step"]), "{:.2f}"),
                    fmt(cell["vs_raw_horovod"]), fmt(cell["horovod_vs_ddp"])]
+
+
+def data_label(cell: dict) -> str:
+    """memory, or the format and its loader workers (e.g. lmdb/2w)."""
+    data = cell.get("data", "memory")  # reports from before --data have memory cells only
+    workers = cell.get("loader_workers")
+    return data if data == "memory" or workers is None else f"{data}/{workers}w"
 
 
 def markdown(report: dict) -> str:
@@ -43,7 +51,9 @@ def markdown(report: dict) -> str:
              f"{report['spec']['steps']} timed steps; fusion threshold "
              f"{report['spec']['fusion_threshold_mb']:g} MB, cycle time {report['spec']['cycle_time_ms']:g} ms; "
              "allreduce wait: share of the step spent waiting for gradients after backward "
-             "(torch backend only).", "",
+             "(torch backend only); data: memory (one batch reused) or files read through the "
+             "loader with N workers per rank; data wait: share of the step blocked waiting for "
+             "the next batch.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row(c)) + " |" for c in report["cells"]]
     return "\n".join(lines + sweep_lines(report.get("allreduce_sweep"))) + "\n"
@@ -83,8 +93,8 @@ def plot(report: dict, path: Path) -> None:
     from matplotlib.figure import Figure
 
     good = [c for c in report["cells"] if "error" not in c]
-    labels = [f"{c['runner']}\n{c['backend'][:5]} np{c['np']} {c['compression']}\nb{c['batch_size']} {c['model']}"
-              for c in good]
+    labels = [f"{c['runner']}\n{c['backend'][:5]} np{c['np']} {c['compression']}\nb{c['batch_size']} "
+              f"{c['model']}\n{data_label(c)}{wait_label(c)}" for c in good]
     medians = [c["images_per_sec"]["median"] for c in good]
     errors = [[m - c["images_per_sec"]["min"] for m, c in zip(medians, good)],
               [c["images_per_sec"]["max"] - m for m, c in zip(medians, good)]]
@@ -101,6 +111,11 @@ def plot(report: dict, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     figure.savefig(tmp, format="png")
     tmp.replace(path)
+
+
+def wait_label(cell: dict) -> str:
+    share = cell.get("data_wait_share")
+    return "" if share is None else f" wait {share:.0%}"
 
 
 def write_outputs(report: dict, output_dir: Path) -> None:

@@ -1,21 +1,27 @@
-"""One benchmark cell inside each rank: hvdcls's own training step on batches held in memory.
+"""One benchmark cell inside each rank: hvdcls's own training step, on a batch held in memory
+or (--data imagefolder|lmdb) on batches read through the backend's real loader.
 
     horovodrun -np 2 -H localhost:2 --gloo python -m hvdcls.bench_worker --backend torch \\
         --model resnet50 --batch-size 16 --image-size 64 --out cell.json
 
 Like Horovod's synthetic benchmark, the batch is made once and reused, so what is measured is
 the step (forward, backward, all-reduce, update) through the Backend interface, not the input
-pipeline. `hvdcls bench` launches this; benchmarks/ holds the baselines that write the same
-JSON without any hvdcls code.
+pipeline. With --data, every step first takes the next batch of this rank's shard from the
+loader (decode, random-resized crop, flip in --loader-workers workers), epoch after epoch;
+the time blocked waiting for it is reported as the data wait. `hvdcls bench` launches this;
+benchmarks/ holds the baselines that write the same JSON without any hvdcls code.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 from pathlib import Path
 
-from hvdcls import config as cfg, datasets, fileio, horovod_env, registry
+from hvdcls import bench_data, config as cfg, datasets, fileio, horovod_env, registry
 from hvdcls.batches import EpochBatches
+from hvdcls.engine import LoaderWait
+from hvdcls.sharding import TrainShards
 from hvdcls.transforms import Preprocess
 
 
@@ -32,15 +38,36 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=10, help="timed steps per repetition")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--out", type=Path, required=True, help="rank 0 writes the result here")
+    parser.add_argument("--data", default="memory", choices=bench_data.DATA_MODES)
+    parser.add_argument("--data-path", type=Path, help="the ImageFolder root or LMDB file (--data)")
+    parser.add_argument("--loader-workers", type=int, default=2)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     return parser.parse_args(argv)
+
+
+def data_overrides(args: argparse.Namespace) -> list[str]:
+    if args.data == "memory":
+        return ["data.name=synthetic", "data.synthetic.num_classes=10",
+                f"data.synthetic.num_samples={max(args.batch_size, 10)}"]
+    # Augmentation stays at its defaults (random-resized crop, flips): the real training input.
+    return [f"data.name={args.data}", f"data.path={args.data_path}",
+            f"data.workers={args.loader_workers}"]
+
+
+def device_overrides(device: str) -> list[str]:
+    if device == "cpu":
+        return ["training.device=cpu"]
+    # What a GPU run would use: float16 autocast with loss scaling, NHWC convolutions.
+    return ["training.device=cuda", "training.amp=true", "training.amp_dtype=float16",
+            "training.channels_last=true"]
 
 
 def cell_config(args: argparse.Namespace) -> cfg.Config:
     return cfg.load(None, [
-        "data.name=synthetic", f"data.image_size={args.image_size}", "data.synthetic.num_classes=10",
-        f"data.synthetic.num_samples={max(args.batch_size, 10)}", f"model.name={args.model}",
-        f"training.batch_size={args.batch_size}", f"training.threads={args.threads}",
-        f"horovod.compression={args.compression}", "optimizer.weight_decay=0",
+        *data_overrides(args), *device_overrides(args.device), f"data.image_size={args.image_size}",
+        f"model.name={args.model}", f"training.batch_size={args.batch_size}",
+        f"training.threads={args.threads}", f"horovod.compression={args.compression}",
+        "optimizer.weight_decay=0",
         # PowerSGD: the last warm-up step is its first compressed one (TF traces that path
         # then), so every timed step compresses and none pays for tracing.
         f"horovod.powersgd.rank={args.powersgd_rank}",
@@ -56,15 +83,38 @@ def fixed_batch(config: cfg.Config, backend, batch_size: int):
     return next(iter(backend.loader(batches, 0)))
 
 
-def timed_steps(backend, batch, steps: int) -> tuple[float, float | None]:
-    """(seconds, seconds waiting for the all-reduce or None) over `steps` training steps."""
+def real_batches(config: cfg.Config, backend, ctx, data: datasets.Data) -> LoaderWait:
+    """This rank's shard through the backend's loader, endlessly, timing each wait for it."""
+    shards = TrainShards(len(data.train), ctx.size, ctx.rank, config.training.batch_size,
+                         seed=config.training.seed)
+    return LoaderWait(bench_data.endless_batches(backend, data.train, shards,
+                                                 Preprocess(config.data, config.training.seed),
+                                                 config.data.workers))
+
+
+def timed_steps(backend, batches, steps: int) -> tuple[float, float | None]:
+    """(seconds, seconds waiting for the all-reduce or None) over `steps` training steps, each
+    on the next batch of `batches` (the wait for it counts: it is part of the step)."""
     waits: list[float | None] = []
     started = time.perf_counter()
     for _ in range(steps):
+        batch = next(batches)
         float(backend.train_step([batch], 0.01).loss)  # the value: wait for the step to finish
         waits.append(backend.allreduce_wait_seconds())
     seconds = time.perf_counter() - started
     return seconds, (None if any(w is None for w in waits) else sum(waits))
+
+
+def measured_reps(backend, batches, args: argparse.Namespace, data_wait: LoaderWait | None):
+    """[(seconds, all-reduce wait, data wait or None)] per repetition, after the warm-up."""
+    timed_steps(backend, batches, args.warmup)
+    reps = []
+    if data_wait is not None:
+        data_wait.take()  # the warm-up's waits (loader start-up) are not measured
+    for _ in range(args.reps):
+        seconds, allreduce = timed_steps(backend, batches, args.steps)
+        reps.append((seconds, allreduce, None if data_wait is None else data_wait.take()))
+    return reps
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,22 +124,37 @@ def main(argv: list[str] | None = None) -> int:
     backend = registry.create_backend(args.backend)
     ctx = backend.init(config)
     backend.seed(0)
-    info = backend.build(config, 10)
-    batch = fixed_batch(config, backend, args.batch_size)
-    timed_steps(backend, batch, args.warmup)
-    reps = [timed_steps(backend, batch, args.steps) for _ in range(args.reps)]
+    if args.data == "memory":
+        info = backend.build(config, 10)
+        data_wait = None
+        batches = itertools.repeat(fixed_batch(config, backend, args.batch_size))
+    else:
+        data = datasets.open_data(config)
+        info = backend.build(config, data.num_classes)
+        data_wait = real_batches(config, backend, ctx, data)
+        batches = iter(data_wait)
+    reps = measured_reps(backend, batches, args, data_wait)
     if ctx.is_main:
-        result = {
-            "runner": "hvdcls", "backend": args.backend, "world_size": ctx.size,
-            "threads": ctx.threads, "parameters": info["parameters"],
-            "step_seconds": [seconds / args.steps for seconds, _ in reps],
-            "allreduce_wait_seconds": [None if wait is None else wait / args.steps for _, wait in reps],
-            "images_per_sec": [args.batch_size * ctx.size * args.steps / seconds for seconds, _ in reps],
-            "allreduce_bytes_per_step": (backend.communication() or {}).get("bytes_per_step"),
-            "horovod_settings": settings, "versions": ctx.versions,
-        }
-        fileio.write_json_atomic(args.out, result)
+        fileio.write_json_atomic(args.out, result(args, ctx, info, settings, reps,
+                                                  (backend.communication() or {}).get("bytes_per_step")))
     return 0
+
+
+def result(args: argparse.Namespace, ctx, info: dict, settings: dict, reps: list,
+           bytes_per_step: int | None) -> dict:
+    per_step = [seconds / args.steps for seconds, _, _ in reps]
+    out = {
+        "runner": "hvdcls", "backend": args.backend, "world_size": ctx.size,
+        "threads": ctx.threads, "parameters": info["parameters"], "step_seconds": per_step,
+        "allreduce_wait_seconds": [None if wait is None else wait / args.steps for _, wait, _ in reps],
+        "images_per_sec": [args.batch_size * ctx.size / seconds for seconds in per_step],
+        "allreduce_bytes_per_step": bytes_per_step,
+        "device": args.device, "horovod_settings": settings, "versions": ctx.versions,
+    }
+    if args.data != "memory":  # rank 0's own wait; every rank reads the same way
+        out["data_wait_seconds"] = [wait / args.steps for _, _, wait in reps]
+        out["loader_workers"] = args.loader_workers
+    return out
 
 
 if __name__ == "__main__":

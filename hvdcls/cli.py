@@ -147,7 +147,8 @@ def run_bench(a: argparse.Namespace) -> int:
                            fusion_threshold_mb=a.fusion_threshold_mb, cycle_time_ms=a.cycle_time_ms,
                            link_mbit=a.link_mbit, link_delay_ms=a.link_delay_ms, rounds=a.rounds,
                            powersgd_rank=a.powersgd_rank, sweep_fusion_mb=a.sweep_fusion_mb,
-                           sweep_cycle_ms=a.sweep_cycle_ms)
+                           sweep_cycle_ms=a.sweep_cycle_ms, data=a.data,
+                           loader_workers=a.loader_workers, device=a.device)
     report = bench.run(spec, a.output_dir, progress=not a.quiet)
     print(importlib.import_module("hvdcls.bench_report").markdown(report))
     failed = [c for c in report["cells"] if "error" in c]
@@ -183,6 +184,14 @@ def add_bench(sub) -> None:
                         help="with --link-mbit: fusion thresholds to time a step's gradients under (0: no fusion)")
     parser.add_argument("--sweep-cycle-ms", nargs="+", type=float, default=defaults.sweep_cycle_ms,
                         help="with --link-mbit: cycle times, crossed with --sweep-fusion-mb")
+    data_modes = importlib.import_module("hvdcls.bench_data").DATA_MODES
+    parser.add_argument("--data", nargs="+", choices=data_modes,
+                        default=defaults.data, help="memory: one batch reused; imagefolder/lmdb: "
+                        "JPEGs written for the run, read through the real loader")
+    parser.add_argument("--loader-workers", type=int, default=defaults.loader_workers,
+                        help="loader workers per rank in imagefolder/lmdb cells")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default=defaults.device,
+                        help="cuda: float16 AMP, channels-last (torch); needs an NVIDIA GPU")
     parser.add_argument("--output-dir", type=Path, default=Path("runs/bench"))
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run_bench)

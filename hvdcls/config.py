@@ -90,6 +90,9 @@ class TrainingConfig:
     grad_clip_norm: Optional[float] = None
     label_smoothing: float = 0.0
     device: str = "auto"  # auto | cpu | cuda
+    # torch: batches in NHWC memory (cuDNN's faster tensor-core kernels with AMP); tensorflow
+    # accepts it and has nothing to do (Keras convolutions are NHWC already).
+    channels_last: bool = False
     threads: Optional[int] = None  # compute threads per process; None: cores / local ranks
     resume: Optional[str] = None  # checkpoint directory, or a run directory (its latest)
     eval_only: bool = False  # evaluate the resumed checkpoint on the validation split, then stop

@@ -102,6 +102,7 @@ class TensorFlowBackend(Backend):
         if self.loss_scaled and training.grad_clip_norm:
             raise UserError("training.grad_clip_norm with float16 mixed precision is not supported "
                             "by the tensorflow backend: use training.amp_dtype=bfloat16")
+        # training.channels_last: nothing to do, Keras convolutions are NHWC (channels last) already.
         self.model = models.build_model(config.model.name, num_classes, config.data.image_size)
         if hv.sync_bn:
             self.model = sync_bn.convert_sync_batchnorm(self.model)  # Horovod: global BN stats
@@ -126,6 +127,7 @@ class TensorFlowBackend(Backend):
         if not training.elastic:  # elastic: the state's sync broadcasts instead
             self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
         return {"parameters": models.count_parameters(self.model), "framework": "tensorflow",
+                "channels_last": True,  # Keras convolutions are NHWC whatever the key says
                 "amp_dtype": policy.removeprefix("mixed_") if policy else None,
                 "horovod": {"compression": hv.compression, "op": hv.op, "sync_bn": hv.sync_bn,
                             "backward_passes_per_step": hv.backward_passes_per_step}}

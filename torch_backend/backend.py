@@ -83,6 +83,10 @@ class TorchBackend(Backend):
         if hv.sync_bn:
             model = models.convert_sync_batchnorm(model, SyncBatchNorm)  # Horovod: global BN stats
         self.model = model.to(self.device)
+        # training.channels_last: the batches only. Horovod's collectives need contiguous (NCHW)
+        # weights and gradients, and a channels-last input alone makes cuDNN pick NHWC kernels.
+        channels_last = config.training.channels_last
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.clip = config.training.grad_clip_norm
         self.adasum = hv.op == "adasum"
         self.dtype = amp_dtype(config, self.device)
@@ -109,12 +113,17 @@ class TorchBackend(Backend):
         if not config.training.elastic:  # elastic: the state's sync broadcasts instead
             self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
         return {"parameters": models.count_parameters(self.model), "framework": "torch",
+                "channels_last": channels_last,
                 "amp_dtype": str(self.dtype).replace("torch.", "") if self.dtype else None,
                 "horovod": {"compression": hv.compression, "op": hv.op, "sync_bn": hv.sync_bn,
                             "backward_passes_per_step": hv.backward_passes_per_step}}
 
     def loader(self, batches: EpochBatches, workers: int):
         return data.loader(batches, workers, pin_memory=self.device.type == "cuda")
+
+    def to_device(self, images: torch.Tensor) -> torch.Tensor:
+        """Images on the device, NHWC in memory when training.channels_last."""
+        return images.to(self.device, memory_format=self.memory_format)
 
     def autocast(self):
         if self.dtype is None:
@@ -128,7 +137,7 @@ class TorchBackend(Backend):
         self.optimizer.zero_grad()
         total = None
         for images, labels in micro_batches:
-            images, labels = images.to(self.device), labels.to(self.device)
+            images, labels = self.to_device(images), labels.to(self.device)
             with self.autocast():
                 logits = self.model(images)
                 loss = self.criterion(logits, labels)
@@ -175,7 +184,7 @@ class TorchBackend(Backend):
     @torch.inference_mode()
     def eval_step(self, batch) -> Sums:
         self.model.eval()
-        images, labels = (t.to(self.device) for t in batch)
+        images, labels = self.to_device(batch[0]), batch[1].to(self.device)
         with self.autocast():
             logits = self.model(images)
         loss = F.cross_entropy(logits.float(), labels, reduction="sum")

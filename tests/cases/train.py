@@ -124,6 +124,18 @@ def test_amp_trains_one_epoch(backend, tmp_path):
     assert summary["model_info"]["amp_dtype"] == "bfloat16"  # CPU: autocast / mixed_bfloat16
 
 
+def test_channels_last_trains_one_epoch(backend, run, tmp_path):
+    """torch: NHWC batches into a model Horovod can still broadcast and all-reduce (it refuses
+    channels-last weights); tensorflow: accepted, NHWC already."""
+    ok(hvdcls_train(tmp_path, backend, *ONE_EPOCH, "training.channels_last=true",
+                    "--output-dir", tmp_path / "run"))
+    [metrics] = read_metrics(tmp_path / "run")
+    assert math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["val_loss"])
+    assert read_json(tmp_path / "run" / "summary.json")["model_info"]["channels_last"] is True
+    default = read_json(run / "summary.json")["model_info"]["channels_last"]
+    assert default is (backend == "tensorflow")  # torch's default layout is NCHW
+
+
 def test_clipping_accumulation_and_adamw_train_one_epoch(backend, tmp_path):
     ok(hvdcls_train(tmp_path, backend, *ONE_EPOCH, "training.grad_clip_norm=1.0",
                     "horovod.backward_passes_per_step=2", "optimizer.name=adamw",

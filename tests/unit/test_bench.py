@@ -123,3 +123,63 @@ def test_gradient_sweep_table_is_fastest_first_with_failures_last():
 def test_bad_flags_are_one_line_errors(change, flag):
     with pytest.raises(UserError, match=flag):
         bench.validate(bench.BenchSpec(**change))
+
+
+def test_data_is_a_dimension_and_lmdb_has_no_baselines():
+    spec = bench.BenchSpec(backends=["torch", "tensorflow"], nps=[1, 2], compressions=["none"],
+                           data=["memory", "imagefolder", "lmdb"])
+    cells = bench.cells(spec)
+    assert len([c for c in cells if c.runner == "hvdcls"]) == 2 * 2 * 3
+    assert {c.data for c in cells if c.runner != "hvdcls"} == {"memory", "imagefolder"}
+    assert len([c for c in cells if c.runner != "hvdcls"]) == 2 * (2 + 2 + 2)
+    assert bench.Cell("hvdcls", "torch", 1, "none", 16, "m").data == "memory"
+
+
+def test_worker_args_carry_the_data_set_and_the_device(tmp_path):
+    spec = bench.BenchSpec(loader_workers=3, device="cuda")
+    out = tmp_path / "cell.json"
+    memory = bench.worker_args(bench.Cell("hvdcls", "torch", 1, "none", 16, "m"), spec, out)
+    assert "--data" not in memory and memory[memory.index("--device") + 1] == "cuda"
+    lmdb = bench.worker_args(bench.Cell("hvdcls", "torch", 1, "none", 16, "m", "lmdb"), spec, out)
+    assert lmdb[lmdb.index("--data") + 1] == "lmdb"
+    assert lmdb[lmdb.index("--data-path") + 1] == str(tmp_path / "data" / "bench.lmdb")
+    assert lmdb[lmdb.index("--loader-workers") + 1] == "3"
+    folder = bench.worker_args(bench.Cell("ddp", "torch", 2, "none", 16, "m", "imagefolder"), spec, out)
+    assert folder[folder.index("--data-path") + 1] == str(tmp_path / "data" / "imagefolder")
+
+
+def test_data_wait_is_summarised_only_where_data_is_read():
+    with_data = {**raw([100.0, 80.0, 160.0]), "data_wait_seconds": [0.04, 0.02, 0.08],
+                 "loader_workers": 2}
+    cell = bench.summarise(bench.Cell("hvdcls", "torch", 1, "none", 16, "m", "imagefolder"), with_data)
+    assert cell["data_wait_seconds"] == 0.04 and cell["loader_workers"] == 2
+    assert abs(cell["data_wait_share"] - 0.04 / 0.16) < 1e-9
+    memory = bench.summarise(bench.Cell("hvdcls", "torch", 1, "none", 16, "m"), raw([100.0]))
+    assert memory["data_wait_seconds"] is None and memory["data_wait_share"] is None
+    assert memory["data"] == "memory" and memory["loader_workers"] is None
+
+
+def test_ratios_never_cross_data_modes():
+    results = [bench.summarise(bench.Cell(r, "torch", n, "none", 16, "m", d), raw([v]))
+               for r, n, d, v in [("hvdcls", 1, "memory", 100.0), ("hvdcls", 2, "imagefolder", 120.0),
+                                  ("hvdcls", 1, "imagefolder", 80.0), ("raw-horovod", 2, "memory", 150.0),
+                                  ("ddp", 2, "imagefolder", 200.0)]]
+    bench.add_ratios(results)
+    folder = next(r for r in results if r["runner"] == "hvdcls" and r["np"] == 2)
+    assert folder["scaling_efficiency"] == 120.0 / (2 * 80.0)  # not against memory's 100
+    assert folder["vs_raw_horovod"] is None  # the raw Horovod cell read memory
+    assert folder["horovod_vs_ddp"] == 120.0 / 200.0
+
+
+def test_the_table_shows_data_and_its_wait():
+    cells = [bench.summarise(bench.Cell("hvdcls", "torch", 1, "none", 16, "m", "lmdb"),
+                             {**raw([100.0]), "data_wait_seconds": [0.08], "loader_workers": 2}),
+             bench.summarise(bench.Cell("hvdcls", "torch", 1, "none", 16, "m"), raw([100.0]))]
+    bench.add_ratios(cells)
+    report = {"machine": {"hostname": "h", "cpu": "c", "usable_cores": 2, "python": "3.11",
+                          "versions": {}}, "spec": vars(bench.BenchSpec()), "cells": cells}
+    rows = [line for line in bench_report.markdown(report).splitlines() if line.startswith("| hvdcls")]
+    header = bench_report.COLUMNS
+    lmdb, memory = ([v.strip() for v in line.strip("|").split("|")] for line in rows)
+    assert lmdb[header.index("data")] == "lmdb/2w" and lmdb[header.index("data wait")] == "50%"
+    assert memory[header.index("data")] == "memory" and memory[header.index("data wait")] == "-"
