@@ -88,6 +88,13 @@ def gradient_lines(rows: list[dict]) -> list[str]:
                     for r in rows if "error" in r]
 
 
+def link_label(spec: dict) -> str:
+    rate = spec.get("link_mbit")
+    if not rate:
+        return ""
+    return ", np>1 across " + (f"{rate / 1000:g} Gbit/s" if rate >= 1000 else f"{rate:g} Mbit/s")
+
+
 def plot(report: dict, path: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -106,7 +113,7 @@ def plot(report: dict, path: Path) -> None:
              color=[colours.get(c["runner"], "tab:gray") for c in good])
     axes.set_xticks(range(len(good)), labels, fontsize=7)
     axes.set_ylabel("images/s, all workers (median, min-max)")
-    axes.set_title(f"hvdcls bench on {report['machine']['hostname']}")
+    axes.set_title(f"hvdcls bench on {report['machine']['hostname']}" + link_label(report["spec"]))
     figure.tight_layout()
     tmp = path.with_name(path.name + ".tmp")
     figure.savefig(tmp, format="png")
