@@ -327,8 +327,14 @@ def validate(spec: BenchSpec) -> None:
     for flag, values in counts.items():
         if any(v < 1 for v in values):
             raise UserError(f"{flag} {' '.join(map(str, values))}: must be at least 1")
-    if spec.warmup < 0 or spec.fusion_threshold_mb < 0 or spec.cycle_time_ms <= 0:
-        raise UserError("--warmup and --fusion-threshold-mb must be >= 0 and --cycle-time-ms > 0")
+    not_negative = {"--warmup": [spec.warmup], "--loader-workers": [spec.loader_workers],
+                    "--fusion-threshold-mb": [spec.fusion_threshold_mb],
+                    "--sweep-fusion-mb": spec.sweep_fusion_mb}
+    for flag, values in not_negative.items():
+        if any(v < 0 for v in values):
+            raise UserError(f"{flag} {' '.join(f'{v:g}' for v in values)}: must be 0 or more")
+    if spec.cycle_time_ms <= 0 or any(v <= 0 for v in spec.sweep_cycle_ms):
+        raise UserError("--cycle-time-ms and --sweep-cycle-ms must be above 0")
     unknown = sorted(set(spec.compressions) - set(COMPRESSIONS))
     if unknown:
         raise UserError(f"--compression {' '.join(unknown)}: use {', '.join(COMPRESSIONS)}")

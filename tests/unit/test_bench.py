@@ -119,7 +119,10 @@ def test_gradient_sweep_table_is_fastest_first_with_failures_last():
 
 @pytest.mark.parametrize("change, flag", [({"nps": [0]}, "--np"), ({"rounds": 0}, "--rounds"),
                                           ({"compressions": ["gzip"]}, "--compression"),
-                                          ({"cycle_time_ms": 0}, "--cycle-time-ms")])
+                                          ({"cycle_time_ms": 0}, "--cycle-time-ms"),
+                                          ({"loader_workers": -1}, "--loader-workers"),
+                                          ({"sweep_fusion_mb": [32.0, -1.0]}, "--sweep-fusion-mb"),
+                                          ({"sweep_cycle_ms": [0.0]}, "--sweep-cycle-ms")])
 def test_bad_flags_are_one_line_errors(change, flag):
     with pytest.raises(UserError, match=flag):
         bench.validate(bench.BenchSpec(**change))
