@@ -14,6 +14,9 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+# ImageNet's channel mean and std, for both baselines' ImageFolder pipelines (as hvdcls's defaults).
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
 
 def parse(description: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)

@@ -8,7 +8,7 @@ from typing import Iterator
 
 import tensorflow as tf
 
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+from common import IMAGENET_MEAN, IMAGENET_STD
 
 
 def batches(args: argparse.Namespace, rank: int, world_size: int) -> Iterator[tuple]:

@@ -9,9 +9,8 @@ import torchvision
 from torch.utils.data import DataLoader, DistributedSampler
 from torchvision import transforms
 
+from common import IMAGENET_MEAN, IMAGENET_STD
 from torch_step import memory_format
-
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 def batches(args: argparse.Namespace, rank: int, world_size: int,

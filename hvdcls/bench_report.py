@@ -89,10 +89,11 @@ def gradient_lines(rows: list[dict]) -> list[str]:
 
 
 def link_label(spec: dict) -> str:
-    rate = spec.get("link_mbit")
-    if not rate:
+    if not spec.get("link_mbit"):
         return ""
-    return ", np>1 across " + (f"{rate / 1000:g} Gbit/s" if rate >= 1000 else f"{rate:g} Mbit/s")
+    from hvdcls.netns import Link  # how the shaped link names itself, in the sweep's table too
+
+    return ", np>1 across " + Link(spec["link_mbit"], spec.get("link_delay_ms") or 0.0).describe()
 
 
 def plot(report: dict, path: Path) -> None:
