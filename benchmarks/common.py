@@ -1,7 +1,7 @@
 """What the baseline loops share: their flags and how a step is timed and reported.
 
 The baselines use no hvdcls code (that is the point of them); they write the same JSON as
-`python -m hvdcls.bench_worker` so `hvdcls bench` puts them in one table. `--data imagefolder`
+`python -m hvdcls.bench.worker` so `hvdcls bench` puts them in one table. `--data imagefolder`
 gives them the plain input pipeline of their framework over the bench's JPEG files (there is
 no baseline for `lmdb`, hvdcls's own format); `--device cuda` runs them with float16 AMP.
 """

@@ -14,10 +14,12 @@ import abc
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, NamedTuple, Optional
 
-from hvdcls.batches import EpochBatches
 from hvdcls.config import Config
+
+if TYPE_CHECKING:  # the contract names the batches type; the core's data layer sits above it
+    from hvdcls.data.batches import EpochBatches
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,12 @@ class Sums(NamedTuple):
     loss: Any  # sum over samples of the loss
     correct: Any
     count: Any
+
+
+def add(total: Optional[Sums], step: Sums) -> Sums:
+    """Running sums in the framework's own dtypes (starting from the first step's, not 0.0:
+    TensorFlow will not add a Python float to an int32 tensor)."""
+    return step if total is None else Sums(*(a + b for a, b in zip(total, step)))
 
 
 class Backend(abc.ABC):

@@ -36,21 +36,21 @@ def add_doctor(sub) -> None:
     parser.add_argument("--smoke", action="store_true",
                         help="also launch the 2-rank smoke job under horovodrun --gloo and mpirun")
     parser.add_argument("--json", action="store_true", help="machine-readable report")
-    parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.doctor").main(a.smoke, a.json))
+    parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.checks.doctor").main(a.smoke, a.json))
 
 
 def add_smoke(sub) -> None:
     parser = sub.add_parser("smoke", help="Horovod collectives + one optimizer step, checked on every rank")
     parser.add_argument("--backend", choices=registry.names(), required=True)
     parser.add_argument("--report-dir", type=Path, help="write rank-N.json here")
-    parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.smoke").run(a.backend, a.report_dir))
+    parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.checks.smoke").run(a.backend, a.report_dir))
 
 
 def add_demo(sub) -> None:
     parser = sub.add_parser("demo", help="train the digits with both backends under horovodrun, "
                             "side by side (make demo)")
     parser.add_argument("--np", type=int, default=2, help="ranks per job (default 2)")
-    parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.demo").run(a.np))
+    parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.checks.demo").run(a.np))
 
 
 BUILTIN_DATA = ("digits", "synthetic")
@@ -74,7 +74,7 @@ def train_flags(args: argparse.Namespace) -> dict:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    train = importlib.import_module("hvdcls.train")
+    train = importlib.import_module("hvdcls.training.run")
     return train.run(args.backend, args.config, args.overrides, train_flags(args))
 
 
@@ -118,7 +118,7 @@ def add_data(sub) -> None:
     pack.add_argument("source", type=Path, help="ImageFolder root (train/ and optional val/)")
     pack.add_argument("output", type=Path, help="the LMDB file to write, e.g. data.lmdb")
     pack.add_argument("--quiet", action="store_true", help="no progress bar")
-    pack.set_defaults(handler=lambda a: importlib.import_module("hvdcls.lmdb_store").main(
+    pack.set_defaults(handler=lambda a: importlib.import_module("hvdcls.data.lmdb_store").main(
         a.source, a.output, not a.quiet))
 
 
@@ -128,7 +128,7 @@ def add_timeline(sub) -> None:
     parser.add_argument("path", type=Path, help="the file horovod.timeline=PATH wrote "
                         "(may still be growing)")
     parser.add_argument("--json", action="store_true", help="machine-readable")
-    parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.timeline").main(a.path, a.json))
+    parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.observe.timeline").main(a.path, a.json))
 
 
 def add_report(sub) -> None:
@@ -136,11 +136,11 @@ def add_report(sub) -> None:
     parser.add_argument("runs", type=Path, nargs="+", metavar="RUN_DIR")
     parser.add_argument("-o", "--output", type=Path, default=Path("report.png"),
                         help="the PNG to write; the table goes beside it as .md (default report.png)")
-    parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.report").compare(a.runs, a.output))
+    parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.observe.report").compare(a.runs, a.output))
 
 
 def run_bench(a: argparse.Namespace) -> int:
-    bench = importlib.import_module("hvdcls.bench")
+    bench = importlib.import_module("hvdcls.bench.matrix")
     spec = bench.BenchSpec(backends=a.backends, nps=a.np, compressions=a.compression,
                            batch_sizes=a.batch_size, models=a.model, image_size=a.image_size,
                            warmup=a.warmup, steps=a.steps, reps=a.reps, baselines=a.baselines,
@@ -150,7 +150,7 @@ def run_bench(a: argparse.Namespace) -> int:
                            sweep_cycle_ms=a.sweep_cycle_ms, data=a.data,
                            loader_workers=a.loader_workers, device=a.device)
     report = bench.run(spec, a.output_dir, progress=not a.quiet)
-    print(importlib.import_module("hvdcls.bench_report").markdown(report))
+    print(importlib.import_module("hvdcls.bench.report").markdown(report))
     failed = [c for c in report["cells"] if "error" in c]
     return 1 if failed else 0
 
@@ -158,7 +158,7 @@ def run_bench(a: argparse.Namespace) -> int:
 def add_bench(sub) -> None:
     parser = sub.add_parser("bench", help="throughput over backend x processes x compression x batch "
                             "x model, beside DDP and raw Horovod (bench.json, bench.md, bench.png)")
-    bench = importlib.import_module("hvdcls.bench")
+    bench = importlib.import_module("hvdcls.bench.matrix")
     defaults = bench.BenchSpec()
     parser.add_argument("--backends", nargs="+", choices=registry.names(), default=defaults.backends)
     parser.add_argument("--np", nargs="+", type=int, default=defaults.nps, help="process counts")
@@ -184,7 +184,7 @@ def add_bench(sub) -> None:
                         help="with --link-mbit: fusion thresholds to time a step's gradients under (0: no fusion)")
     parser.add_argument("--sweep-cycle-ms", nargs="+", type=float, default=defaults.sweep_cycle_ms,
                         help="with --link-mbit: cycle times, crossed with --sweep-fusion-mb")
-    data_modes = importlib.import_module("hvdcls.bench_data").DATA_MODES
+    data_modes = importlib.import_module("hvdcls.bench.data").DATA_MODES
     parser.add_argument("--data", nargs="+", choices=data_modes,
                         default=defaults.data, help="memory: one batch reused; imagefolder/lmdb: "
                         "JPEGs written for the run, read through the real loader")

@@ -25,10 +25,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from hvdcls import powersgd  # noqa: E402
-from hvdcls.backend import Backend, Context, Sums, threads_per_process  # noqa: E402
-from hvdcls.batches import EpochBatches  # noqa: E402
+from hvdcls.backend import Backend, Context, Sums, add, threads_per_process  # noqa: E402
 from hvdcls.config import Config  # noqa: E402
-from hvdcls.engine import add  # noqa: E402
+from hvdcls.data.batches import EpochBatches  # noqa: E402
 from hvdcls.errors import UserError  # noqa: E402
 from tf_backend import data, elastic, models, sync_bn  # noqa: E402
 from tf_backend.compression import PowerSGDReducer  # noqa: E402

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from hvdcls.batches import EpochBatches
+from hvdcls.data.batches import EpochBatches
 
 
 def loader(batches: EpochBatches, workers: int):

@@ -16,7 +16,7 @@ import horovod.tensorflow as hvd  # noqa: E402
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from hvdcls.smoke import CLASSES, FEATURES, HIDDEN, describe_world, smoke_batch  # noqa: E402
+from hvdcls.checks.smoke import CLASSES, FEATURES, HIDDEN, describe_world, smoke_batch  # noqa: E402
 
 loss_of = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 

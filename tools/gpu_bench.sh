@@ -8,7 +8,7 @@
 #   one process: DDP over NCCL with a world of one, float16 autocast + GradScaler, channels-last
 #   batches), ResNet-50 at 224 px, on one batch held in GPU memory (synthetic images/s) and on
 #   JPEGs read through torchvision's ImageFolder + DataLoader (the real input pipeline);
-# - NOT hvdcls's own step (hvdcls.bench_worker): the torch backend imports horovod.torch, and
+# - NOT hvdcls's own step (hvdcls.bench.worker): the torch backend imports horovod.torch, and
 #   Horovod does not build in minutes on a bare host (`make setup GPU=1` does that, with NCCL).
 #   Nor raw Horovod, for the same reason. Run `hvdcls bench --device cuda` where Horovod is built.
 #
@@ -46,7 +46,7 @@ DATA=$(mktemp -d)
 trap 'rm -rf "$DATA"' EXIT
 PYTHONPATH=$REPO timeout 120 "$PYTHON" -c "
 from pathlib import Path
-from hvdcls import bench_data
+from hvdcls.bench import data as bench_data
 bench_data.write_dataset(Path('$DATA'), 2048, $IMAGE_SIZE, ['imagefolder'])
 " || fail "writing the ImageFolder data set failed"
 

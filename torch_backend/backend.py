@@ -18,10 +18,9 @@ import torch.nn.functional as F
 import torchvision
 
 from hvdcls import powersgd
-from hvdcls.backend import Backend, Context, Sums, threads_per_process
-from hvdcls.batches import EpochBatches
+from hvdcls.backend import Backend, Context, Sums, add, threads_per_process
 from hvdcls.config import Config
-from hvdcls.engine import add
+from hvdcls.data.batches import EpochBatches
 from hvdcls.errors import UserError
 from torch_backend import data, elastic, models
 from torch_backend.compression import PowerSGDReducer

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from hvdcls.batches import EpochBatches
+from hvdcls.data.batches import EpochBatches
 from torch_backend.models import to_channels_first
 
 

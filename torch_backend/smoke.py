@@ -1,7 +1,7 @@
 """Horovod smoke checks for the PyTorch backend; tf_backend/smoke.py is its mirror.
 
 Each rank runs the same collectives and one DistributedOptimizer step and reports what it
-observed; `hvdcls.smoke` (framework-free) decides whether that is right. Every rank starts
+observed; `hvdcls.checks.smoke` (framework-free) decides whether that is right. Every rank starts
 from different weights and trains on different data on purpose, so a missing broadcast or
 a missing gradient average shows up as weights that differ between ranks.
 """
@@ -14,8 +14,7 @@ import horovod.torch as hvd
 import torch
 import torch.nn.functional as F
 
-from hvdcls.smoke import CLASSES, FEATURES, HIDDEN, describe_world, smoke_batch
-
+from hvdcls.checks.smoke import CLASSES, FEATURES, HIDDEN, describe_world, smoke_batch
 
 
 def make_model(seed: int) -> torch.nn.Module:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hvdcls import checkpoint, faults, registry
+from hvdcls import registry
+from hvdcls.training import checkpoint, faults
 from tests.run_files import read_json, read_metrics
 
 VERSIONS = {"torch": ("torch", "torchvision", "horovod", "hvdcls", "python"),

@@ -4,7 +4,7 @@ backends, on this one machine.
 Horovod blacklists the *host* of a failed worker and stops the job once every host in use is
 blacklisted, so a one-host job can never recover. The machine is therefore listed under two of
 its names (`localhost:1`, `127.0.0.1:1`): Horovod sees two hosts and drops only the failed one.
-Every name is this machine's, so the interface is `lo`. A worker is killed by the test hook (hvdcls.elastic.KILL_HOOK_ENV): rank 1 SIGKILLs itself
+Every name is this machine's, so the interface is `lo`. A worker is killed by the test hook (hvdcls.training.elastic.KILL_HOOK_ENV): rank 1 SIGKILLs itself
 after a given global step, mid-epoch and between two commits.
 """
 import os
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hvdcls import elastic, launch
+from hvdcls import launch
+from hvdcls.training import elastic
 from tests.run_files import read_json, read_metrics
 
 pytestmark = pytest.mark.parallel

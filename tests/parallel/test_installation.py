@@ -5,7 +5,7 @@ import sys
 import time
 from pathlib import Path
 
-from hvdcls import doctor
+from hvdcls.checks import doctor
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hvdcls import launch, netns
-from hvdcls.netns import Link, ShapedHosts
+from hvdcls import launch
+from hvdcls.bench import netns
+from hvdcls.bench.netns import Link, ShapedHosts
 
 UNAVAILABLE = netns.unavailable_reason()  # probes by making a namespace: once per session
 pytestmark = [pytest.mark.parallel,
@@ -47,7 +48,7 @@ def test_namespaces_are_removed_when_the_job_fails():
 
 
 def test_the_sweep_times_gradients_under_each_fusion_setting_across_the_link(tmp_path):
-    from hvdcls import bench
+    from hvdcls.bench import matrix as bench
 
     spec = bench.BenchSpec(models=["mobilenet_v3_small"], link_mbit=1000, sweep_fusion_mb=[0.0, 32.0],
                            sweep_cycle_ms=[5.0], timeout=300)
@@ -73,7 +74,7 @@ def ranks_inside(pid: int) -> list[int]:
     for ns in bench_namespaces(pid):
         for inner in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
             with contextlib.suppress(OSError):
-                if b"hvdcls.bench_worker" in Path(f"/proc/{inner}/cmdline").read_bytes():
+                if b"hvdcls.bench.worker" in Path(f"/proc/{inner}/cmdline").read_bytes():
                     found.append(int(inner))
     return found
 

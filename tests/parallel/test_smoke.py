@@ -6,7 +6,7 @@ equals plain SGD on the mean gradient of all ranks' batches, and the controller 
 """
 import pytest
 
-from hvdcls.smoke import launch_locally
+from hvdcls.checks.smoke import launch_locally
 
 pytestmark = pytest.mark.parallel
 NP = 2

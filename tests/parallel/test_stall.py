@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hvdcls import faults, launch
+from hvdcls import launch
+from hvdcls.training import faults
 
 pytestmark = pytest.mark.parallel
 REPO = Path(__file__).resolve().parents[2]

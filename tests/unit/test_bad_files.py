@@ -1,4 +1,4 @@
-"""hvdcls.bad_files: unreadable, truncated and non-image files under data.bad_files=skip|fail,
+"""hvdcls.data.bad_files: unreadable, truncated and non-image files under data.bad_files=skip|fail,
 read the way training reads them (EpochBatches), from ImageFolder directories and LMDB files."""
 import io
 import multiprocessing
@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from hvdcls import config, datasets, lmdb_store
-from hvdcls.bad_files import BadFileLog, summarise
-from hvdcls.batches import EpochBatches
+from hvdcls import config
+from hvdcls.data import datasets, lmdb_store
+from hvdcls.data.bad_files import BadFileLog, summarise
+from hvdcls.data.batches import EpochBatches
+from hvdcls.data.transforms import Preprocess
 from hvdcls.errors import UserError
-from hvdcls.transforms import Preprocess
 
 PER_CLASS = 4
 

@@ -1,7 +1,7 @@
-"""hvdcls.bench's pure parts: the matrix, the summary of a cell and the ratios between runners."""
+"""hvdcls.bench.matrix's pure parts: the matrix, the summary of a cell and the ratios between runners."""
 import pytest
 
-from hvdcls import bench, bench_report
+from hvdcls.bench import matrix as bench, report as bench_report
 from hvdcls.errors import UserError
 
 

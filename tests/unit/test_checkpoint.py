@@ -1,11 +1,11 @@
-"""hvdcls.checkpoint: atomic epoch directories, pruning, --resume resolution, cadence."""
+"""hvdcls.training.checkpoint: atomic epoch directories, pruning, --resume resolution, cadence."""
 import json
 from pathlib import Path
 
 import pytest
 
-from hvdcls import checkpoint
 from hvdcls.errors import UserError
+from hvdcls.training import checkpoint
 
 
 def writer(payload: bytes = b"weights"):

@@ -1,4 +1,4 @@
-"""hvdcls.datasets and hvdcls.lmdb_store on real image files written with Pillow."""
+"""hvdcls.data.datasets and hvdcls.data.lmdb_store on real image files written with Pillow."""
 import gc
 from pathlib import Path
 
@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from hvdcls import config, lmdb_store
-from hvdcls.datasets import check_num_classes, detect_format, holdout_split, open_data
+from hvdcls import config
+from hvdcls.data import lmdb_store
+from hvdcls.data.datasets import check_num_classes, detect_format, open_data
+from hvdcls.data.sources import holdout_split
 from hvdcls.errors import UserError
 
 CLASSES = ["ant", "bee", "cat"]

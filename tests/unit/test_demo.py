@@ -1,6 +1,6 @@
 """`hvdcls demo`'s table, from summaries shaped like the ones `hvdcls train` writes
 (the training runs themselves are tests/parallel)."""
-from hvdcls.demo import COLUMNS, TARGET_ACCURACY, summarise, table
+from hvdcls.checks.demo import COLUMNS, TARGET_ACCURACY, summarise, table
 
 
 def summary(accuracy: float, digests=("a", "a")) -> dict:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-from hvdcls.prometheus import METRICS, PREFIX
+from hvdcls.observe.prometheus import METRICS, PREFIX
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

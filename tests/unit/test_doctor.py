@@ -1,5 +1,5 @@
 """`hvdcls doctor`'s reading of Horovod's report and its diagnoses (no subprocess needed)."""
-from hvdcls import doctor
+from hvdcls.checks import doctor
 
 CHECK_BUILD = """
 Horovod v0.28.1:

@@ -1,11 +1,11 @@
-"""hvdcls.elastic's framework-free parts: progress, seeds, the kill hook, recovery accounting."""
+"""hvdcls.training.elastic's framework-free parts: progress, seeds, the kill hook, recovery accounting."""
 import signal
 from types import SimpleNamespace
 
 import pytest
 
-from hvdcls import elastic
 from hvdcls.backend import Context
+from hvdcls.training import elastic
 
 
 def test_initial_progress_starts_an_epoch_and_copies_history():
@@ -57,7 +57,7 @@ def test_learning_rate_follows_the_world_size_at_the_same_point_of_the_run():
     """Half the epoch done by 2 workers, then 1 takes over: the schedule stands at the same
     fraction of the run, and the linearly scaled peak halves."""
     from hvdcls import config as cfg
-    from hvdcls.sharding import ElasticShards
+    from hvdcls.data.sharding import ElasticShards
 
     config = cfg.load(overrides=["schedule.warmup_epochs=0", "training.epochs=4"])
     two, one = (ElasticShards(1280, world, 0, 32) for world in (2, 1))

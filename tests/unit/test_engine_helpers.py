@@ -1,7 +1,7 @@
-"""hvdcls.engine's pure helpers: micro-batch grouping, per-rank seeds, exact metric reduction."""
+"""hvdcls.training.loop's pure helpers: micro-batch grouping, per-rank seeds, exact metric reduction."""
 import pytest
 
-from hvdcls.engine import EpochTimes, Reduced, epoch_seed, grouped
+from hvdcls.training.loop import EpochTimes, Reduced, epoch_seed, grouped
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 6])

@@ -1,9 +1,9 @@
-"""hvdcls.profiling: which steps are profiled, and the trace directory appears whole."""
+"""hvdcls.training.profiling: which steps are profiled, and the trace directory appears whole."""
 from contextlib import contextmanager
 
 import pytest
 
-from hvdcls.profiling import StepProfiler, profiled_steps
+from hvdcls.training.profiling import StepProfiler, profiled_steps
 
 
 @pytest.mark.parametrize("steps, wanted, window", [(10, 3, (1, 3)), (3, 3, (0, 3)), (2, 5, (0, 2)),

@@ -1,10 +1,10 @@
-"""hvdcls.progress: the mode, the ETA arithmetic, and what each mode prints (rank 0's sink)."""
+"""hvdcls.observe.progress: the mode, the ETA arithmetic, and what each mode prints (rank 0's sink)."""
 import io
 
 import pytest
 
-from hvdcls.monitor import LossReads, RunInfo, StepSample
-from hvdcls.progress import Pace, Progress, choose_mode, eta_seconds, format_duration
+from hvdcls.observe.monitor import LossReads, RunInfo, StepSample
+from hvdcls.observe.progress import Pace, Progress, choose_mode, eta_seconds, format_duration
 
 INFO = RunInfo("torch", "compact_cnn", "digits", 2, epochs=2, steps_per_epoch=4, start_epoch=0)
 RECORD = {"epoch": 1, "train_loss": 1.0, "train_accuracy": 0.5, "val_loss": 0.9, "val_accuracy": 0.6,

@@ -1,4 +1,4 @@
-"""hvdcls.prometheus: the endpoint serves what the run reported, labelled, and nothing it could
+"""hvdcls.observe.prometheus: the endpoint serves what the run reported, labelled, and nothing it could
 not measure; a busy port is one user error; lingering ends with the first scrape after done."""
 import socket
 import threading
@@ -9,8 +9,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hvdcls.errors import UserError
-from hvdcls.monitor import RunInfo, StepSample
-from hvdcls.prometheus import METRICS, PrometheusSink
+from hvdcls.observe.monitor import RunInfo, StepSample
+from hvdcls.observe.prometheus import METRICS, PrometheusSink
 
 LABELS = {"backend": "tensorflow", "model": "compact_cnn"}
 RECORD = {"epoch": 1, "train_accuracy": 0.5, "val_accuracy": 0.75, "val_loss": 0.9, "images_per_sec": 321.0}

@@ -9,10 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from PIL import Image
 
-from hvdcls import config, datasets
-from hvdcls.batches import EpochBatches
+from hvdcls import config
+from hvdcls.data import datasets
+from hvdcls.data.batches import EpochBatches
+from hvdcls.data.transforms import Preprocess
 from hvdcls.errors import UserError
-from hvdcls.transforms import Preprocess
 
 KEYS = sorted(f"{section}.{key}" for section, values in config.to_dict(config.Config()).items()
               for key in values if not isinstance(values[key], dict))

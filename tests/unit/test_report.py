@@ -1,13 +1,13 @@
-"""hvdcls.report: report.png of one run and `hvdcls report` over several, from run directories
+"""hvdcls.observe.report: report.png of one run and `hvdcls report` over several, from run directories
 (tests/parallel/test_monitor.py draws them from real runs)."""
 import json
 import struct
 
 import pytest
 
-from hvdcls import report
 from hvdcls.cli import main
 from hvdcls.errors import UserError
+from hvdcls.observe import report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -1,10 +1,10 @@
-"""hvdcls.schedule: linear scaling, warmup, cosine / step / multistep / constant decay."""
+"""hvdcls.training.schedule: linear scaling, warmup, cosine / step / multistep / constant decay."""
 import math
 
 import pytest
 
-from hvdcls import schedule
 from hvdcls.config import OptimizerConfig, ScheduleConfig
+from hvdcls.training import schedule
 
 
 def make(name="cosine", *, lr=0.1, scale_lr="linear", world_size=1, backward_passes=1,

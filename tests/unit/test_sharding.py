@@ -1,11 +1,11 @@
-"""hvdcls.sharding: equal, full batches on every rank; exact validation partition."""
+"""hvdcls.data.sharding: equal, full batches on every rank; exact validation partition."""
 from collections import Counter
 
 import numpy as np
 import pytest
 
+from hvdcls.data.sharding import ElasticShards, TrainShards, epoch_permutation, eval_batches, eval_indices
 from hvdcls.errors import UserError
-from hvdcls.sharding import ElasticShards, TrainShards, epoch_permutation, eval_batches, eval_indices
 
 # (num_samples, world_size, batch_size, backward_passes)
 CASES = [

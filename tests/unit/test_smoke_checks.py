@@ -1,7 +1,7 @@
 """The smoke job's verdicts: right observations pass, each kind of wrong one fails."""
 import pytest
 
-from hvdcls.smoke import describe_world, evaluate, smoke_batch
+from hvdcls.checks.smoke import describe_world, evaluate, smoke_batch
 
 
 def good(size: int = 2) -> dict:

@@ -1,4 +1,4 @@
-"""hvdcls.tensorboard writes event files TensorBoard reads, without importing a framework."""
+"""hvdcls.observe.tensorboard writes event files TensorBoard reads, without importing a framework."""
 import struct
 import subprocess
 import sys
@@ -6,8 +6,8 @@ import sys
 import pytest
 from tensorboard.compat.proto import event_pb2
 
-from hvdcls.monitor import RunInfo, StepSample
-from hvdcls.tensorboard import TensorBoardSink
+from hvdcls.observe.monitor import RunInfo, StepSample
+from hvdcls.observe.tensorboard import TensorBoardSink
 
 INFO = RunInfo("torch", "compact_cnn", "digits", 2, epochs=1, steps_per_epoch=3, start_epoch=0)
 
@@ -45,7 +45,7 @@ def test_step_and_epoch_scalars(tmp_path):
 
 
 def test_writing_imports_no_framework(tmp_path):
-    code = ("import sys\nfrom pathlib import Path\nfrom hvdcls.tensorboard import ScalarWriter\n"
+    code = ("import sys\nfrom pathlib import Path\nfrom hvdcls.observe.tensorboard import ScalarWriter\n"
             f"w = ScalarWriter(Path({str(tmp_path)!r}))\nw.add({{'a': 1.0}}, 1)\nw.close()\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'tensorflow', 'keras')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,12 +1,12 @@
-"""hvdcls.timeline on small hand-written traces shaped like Horovod's (tests/parallel/test_monitor.py
+"""hvdcls.observe.timeline on small hand-written traces shaped like Horovod's (tests/parallel/test_monitor.py
 checks a real one): streaming, unterminated files, pairing, merged rounds, fused bytes."""
 import json
 
 import pytest
 
-from hvdcls import timeline
 from hvdcls.cli import main
 from hvdcls.errors import UserError
+from hvdcls.observe import timeline
 
 
 def tensor(pid: int, name: str) -> list[dict]:

@@ -1,10 +1,10 @@
-"""hvdcls.transforms: crop boxes, seeded augmentation, normalisation, the eval centre crop."""
+"""hvdcls.data.transforms: crop boxes, seeded augmentation, normalisation, the eval centre crop."""
 import numpy as np
 import pytest
 from PIL import Image
 
 from hvdcls.config import AugmentConfig, DataConfig
-from hvdcls.transforms import Preprocess, centre_crop_box, random_resized_crop_box, sample_rng
+from hvdcls.data.transforms import Preprocess, centre_crop_box, random_resized_crop_box, sample_rng
 
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
 

@@ -19,7 +19,7 @@ from typing import Optional
 
 from hvdcls.errors import UserError
 from hvdcls.fileio import write_atomic
-from hvdcls.monitor import Sink
+from hvdcls.observe.monitor import Sink
 
 REPORT_FILE = "report.png"
 RUN_REPORT_TIMELINE_LIMIT = 256 << 20  # larger timelines: `hvdcls report` or `hvdcls timeline`
@@ -70,7 +70,7 @@ def timeline_share(summary: dict, limit_bytes: Optional[int] = None) -> Optional
         return None
     if limit_bytes is not None and Path(path).stat().st_size > limit_bytes:
         return None
-    from hvdcls import timeline
+    from hvdcls.observe import timeline
 
     try:
         return timeline.summarize(Path(path)).communication_share

@@ -4,7 +4,7 @@
     RUN_DIR/summary.json    the result, versions and the resolved config
     RUN_DIR/config.yaml     the resolved config, to rerun with --config
     RUN_DIR/eval.json       what --eval-only measured
-    RUN_DIR/checkpoints/    see hvdcls.checkpoint
+    RUN_DIR/checkpoints/    see hvdcls.training.checkpoint
 
 Every file is written to a temporary name and renamed, so readers never see half a file.
 """

@@ -1,7 +1,7 @@
 """One benchmark cell inside each rank: hvdcls's own training step, on a batch held in memory
 or (--data imagefolder|lmdb) on batches read through the backend's real loader.
 
-    horovodrun -np 2 -H localhost:2 --gloo python -m hvdcls.bench_worker --backend torch \\
+    horovodrun -np 2 -H localhost:2 --gloo python -m hvdcls.bench.worker --backend torch \\
         --model resnet50 --batch-size 16 --image-size 64 --out cell.json
 
 Like Horovod's synthetic benchmark, the batch is made once and reused, so what is measured is
@@ -18,11 +18,12 @@ import itertools
 import time
 from pathlib import Path
 
-from hvdcls import bench_data, config as cfg, datasets, fileio, horovod_env, registry
-from hvdcls.batches import EpochBatches
-from hvdcls.engine import LoaderWait
-from hvdcls.sharding import TrainShards
-from hvdcls.transforms import Preprocess
+from hvdcls import config as cfg, fileio, horovod_env, registry
+from hvdcls.bench import data as bench_data
+from hvdcls.data import datasets
+from hvdcls.data.batches import EpochBatches, LoaderWait
+from hvdcls.data.sharding import TrainShards
+from hvdcls.data.transforms import Preprocess
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -83,7 +84,7 @@ def fixed_batch(config: cfg.Config, backend, batch_size: int):
     return next(iter(backend.loader(batches, 0)))
 
 
-def real_batches(config: cfg.Config, backend, ctx, data: datasets.Data) -> LoaderWait:
+def real_batches(config: cfg.Config, backend, ctx, data: Data) -> LoaderWait:
     """This rank's shard through the backend's loader, endlessly, timing each wait for it."""
     shards = TrainShards(len(data.train), ctx.size, ctx.rank, config.training.batch_size,
                          seed=config.training.seed)

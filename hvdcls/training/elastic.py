@@ -8,7 +8,7 @@ optimizer and the progress below; it is committed every training.commit_every st
 every epoch end. When a worker dies, the survivors roll back to the last commit; when hosts
 come or go, every worker re-synchronises from rank 0. Either way the attempt below starts
 again with the new world: the rest of the epoch's permutation is dealt over it (see
-hvdcls.sharding.ElasticShards) and the learning rate is scaled for its size.
+hvdcls.data.sharding.ElasticShards) and the learning rate is scaled for its size.
 """
 from __future__ import annotations
 
@@ -21,15 +21,15 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from hvdcls import checkpoint, schedule
-from hvdcls.backend import Backend, Context
-from hvdcls.batches import EpochBatches
+from hvdcls.backend import Backend, Context, add
 from hvdcls.config import Config
-from hvdcls.datasets import Data
-from hvdcls.engine import EpochTimes, LoaderWait, Reduced, Trainer, add, as_floats, grouped
-from hvdcls.monitor import LossReads, Monitor, RunInfo
-from hvdcls.outputs import RunOutputs
-from hvdcls.sharding import ElasticShards
+from hvdcls.data.batches import EpochBatches, LoaderWait
+from hvdcls.data.sharding import ElasticShards
+from hvdcls.data.sources import Data
+from hvdcls.observe.monitor import LossReads, Monitor, RunInfo
+from hvdcls.training import checkpoint, schedule
+from hvdcls.training.loop import EpochTimes, Reduced, Trainer, as_floats, grouped
+from hvdcls.training.outputs import RunOutputs
 
 # Test hook, "RANK:STEP:MARKER": the worker of that rank SIGKILLs itself after global step
 # STEP, once per job (MARKER, a file path, records that it happened).

@@ -1,7 +1,7 @@
 """Two "hosts" with a real, shaped link between them, on one machine.
 
     with ShapedHosts(Link(rate_mbit=1000, delay_ms=0.5)) as hosts:
-        subprocess.run(hosts.horovodrun(2, [sys.executable, "-m", "hvdcls.bench_worker", ...]))
+        subprocess.run(hosts.horovodrun(2, [sys.executable, "-m", "hvdcls.bench.worker", ...]))
 
 Each host is a network namespace holding one end of a veth pair (renamed hvd0 on both sides, so
 `--network-interface hvd0` names it everywhere) and its own sshd on a private address; both ends

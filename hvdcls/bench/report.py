@@ -91,7 +91,7 @@ def gradient_lines(rows: list[dict]) -> list[str]:
 def link_label(spec: dict) -> str:
     if not spec.get("link_mbit"):
         return ""
-    from hvdcls.netns import Link  # how the shaped link names itself, in the sweep's table too
+    from hvdcls.bench.netns import Link  # how the shaped link names itself, in the sweep's table too
 
     return ", np>1 across " + Link(spec["link_mbit"], spec.get("link_delay_ms") or 0.0).describe()
 

@@ -5,12 +5,14 @@ parallel workers and prefetching; what is in each batch is decided here, once.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Iterable, Iterator
 
 import numpy as np
 
-from hvdcls.datasets import ImageSource
-from hvdcls.transforms import Preprocess
+from hvdcls.data.sources import ImageSource
+from hvdcls.data.transforms import Preprocess
 
 
 @dataclass
@@ -18,7 +20,7 @@ class EpochBatches:
     """Batch k of one epoch on this rank: (images float32 NHWC, labels int64)."""
 
     source: ImageSource
-    batches: list[np.ndarray]  # sample indices per batch, from hvdcls.sharding
+    batches: list[np.ndarray]  # sample indices per batch, from hvdcls.data.sharding
     preprocess: Preprocess
     epoch: int
     train: bool
@@ -37,3 +39,27 @@ class EpochBatches:
         if self.train:
             return self.preprocess.train(image, self.epoch, index)
         return self.preprocess.eval(image)
+
+
+class LoaderWait:
+    """Wraps a loader and adds up the time spent blocked in its `next()`: the data wait."""
+
+    def __init__(self, loader: Iterable):
+        self.loader, self.waited = loader, 0.0
+
+    def __iter__(self) -> Iterator:
+        batches = iter(self.loader)
+        while True:
+            started = time.perf_counter()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            finally:
+                self.waited += time.perf_counter() - started
+            yield batch
+
+    def take(self) -> float:
+        """Seconds waited since the last take()."""
+        waited, self.waited = self.waited, 0.0
+        return waited

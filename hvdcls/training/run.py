@@ -19,13 +19,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Optional
 
-from hvdcls import (__version__, bad_files, checkpoint, config as cfg, datasets, elastic,
-                    horovod_env, registry)
+from hvdcls import __version__, config as cfg, horovod_env, registry
 from hvdcls.backend import Backend, Context, weights_digest
-from hvdcls.engine import Trainer
+from hvdcls.data import bad_files, datasets
 from hvdcls.errors import JobStopped, UserError
-from hvdcls.monitor import Monitor, Sink
-from hvdcls.outputs import EVAL_FILE, RunOutputs, default_run_dir
+from hvdcls.observe.monitor import Monitor, Sink
+from hvdcls.training import checkpoint, elastic
+from hvdcls.training.loop import Trainer
+from hvdcls.training.outputs import EVAL_FILE, RunOutputs, default_run_dir
 
 
 def on_main_then_share(backend: Backend, ctx: Context, work: Callable[[], object], name: str,
@@ -98,7 +99,7 @@ def train(config: cfg.Config, backend_name: str) -> dict:
 
 
 @contextmanager
-def bad_file_failures(data: datasets.Data):
+def bad_file_failures(data: Data):
     """data.bad_files=fail, met in a loader worker, reaches us wrapped by the loader (torch
     re-raises it with the worker's traceback, tf.data as its own error): give the one line."""
     try:
@@ -132,9 +133,9 @@ def horovod_shutdown(config: cfg.Config, ctx: Context):
 
 
 def train_elastic(config: cfg.Config, backend_name: str, backend: Backend, ctx: Context,
-                  data: datasets.Data, num_classes: int, horovod_settings: dict,
+                  data: Data, num_classes: int, horovod_settings: dict,
                   started: float) -> dict:
-    """train() under Horovod's elastic mode (hvdcls.elastic). Until the elastic loop syncs,
+    """train() under Horovod's elastic mode (hvdcls.training.elastic). Until the elastic loop syncs,
     no rank may run a collective: a worker added later starts here while the others are
     inside the loop, so every rank reads --resume itself and rank 0 makes its watchers alone."""
     resumed = read_resume(config, backend_name)
@@ -174,13 +175,13 @@ def publish(summary: dict, outputs: RunOutputs, monitor: Monitor, details: str) 
 
 def make_sinks(config: cfg.Config, backend_name: str, outputs: RunOutputs) -> list[Sink]:
     """Rank 0's watchers of the run: progress, and as configured Prometheus, TensorBoard and
-    report.png (hvdcls.monitor). Imported here, on rank 0, only when wanted."""
-    from hvdcls.progress import Progress, choose_mode
+    report.png (hvdcls.observe.monitor). Imported here, on rank 0, only when wanted."""
+    from hvdcls.observe.progress import Progress, choose_mode
 
     out = config.output
     sinks: list[Sink] = [Progress(choose_mode(out.progress, sys.stdout), config.training.log_every)]
     if out.metrics_port is not None:
-        from hvdcls.prometheus import PrometheusSink
+        from hvdcls.observe.prometheus import PrometheusSink
 
         exporter = PrometheusSink(out.metrics_port, out.metrics_host,
                                   {"backend": backend_name, "model": config.model.name},
@@ -188,11 +189,11 @@ def make_sinks(config: cfg.Config, backend_name: str, outputs: RunOutputs) -> li
         outputs.say(f"metrics: Prometheus endpoint on http://{out.metrics_host}:{exporter.port}/metrics")
         sinks.append(exporter)
     if out.tensorboard:
-        from hvdcls.tensorboard import TensorBoardSink
+        from hvdcls.observe.tensorboard import TensorBoardSink
 
         sinks.append(TensorBoardSink(outputs.run_dir / "tensorboard"))
     if out.report:
-        from hvdcls.report import ReportSink
+        from hvdcls.observe.report import ReportSink
 
         sinks.append(ReportSink(outputs.run_dir))
     return sinks
@@ -241,7 +242,7 @@ def evaluate_only(trainer: Trainer, backend: Backend, ctx: Context,
     return result
 
 
-def make_summary(config: cfg.Config, ctx: Context, data: datasets.Data, model_info: dict,
+def make_summary(config: cfg.Config, ctx: Context, data: Data, model_info: dict,
                  horovod_settings: dict, history: list[dict], started: float,
                  resumed: Optional[checkpoint.Resumed]) -> dict:
     this_run = [r for r in history if r["epoch"] > (resumed.state["epoch"] if resumed else 0)]

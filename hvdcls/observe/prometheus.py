@@ -5,7 +5,7 @@
 
 Every sample carries the labels backend and model. The numbers are kept in one `RunState`
 the engine updates, and turned into metrics when scraped, so a value the backend cannot
-measure (TensorFlow's all-reduce wait) is absent rather than a made-up 0. See hvdcls.monitor
+measure (TensorFlow's all-reduce wait) is absent rather than a made-up 0. See hvdcls.observe.monitor
 for what each measured time means; README "Watching a run" lists the metrics.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from hvdcls.errors import UserError
-from hvdcls.monitor import RunInfo, Sink, StepSample
+from hvdcls.observe.monitor import RunInfo, Sink, StepSample
 
 PREFIX = "hvdcls_"
 

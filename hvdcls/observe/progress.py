@@ -5,7 +5,7 @@
     hvdcls train --quiet              # batch jobs: no step or epoch lines (start and end remain)
 
 Under horovodrun every rank's output is collected, but only rank 0 gets a Progress sink
-(hvdcls.monitor), so there is one bar or one line stream, never one per rank.
+(hvdcls.observe.monitor), so there is one bar or one line stream, never one per rank.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Optional, TextIO
 
-from hvdcls.monitor import RunInfo, Sink, StepSample
+from hvdcls.observe.monitor import RunInfo, Sink, StepSample
 
 
 def choose_mode(setting: str, stream: TextIO) -> str:

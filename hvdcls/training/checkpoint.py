@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from hvdcls import faults
 from hvdcls.errors import UserError
 from hvdcls.fileio import write_json_atomic
+from hvdcls.training import faults
 
 STATE_FILE = "state.json"
 PREFIX = "epoch-"

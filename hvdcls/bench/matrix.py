@@ -5,7 +5,7 @@
         --model resnet50 --image-size 64 --output-dir runs/bench
 
 Each cell is its own launch (`horovodrun --gloo -np N -H localhost:N`, or `torchrun` for DDP) of
-a worker that times steps on a batch held in memory (hvdcls.bench_worker; benchmarks/*.py for
+a worker that times steps on a batch held in memory (hvdcls.bench.worker; benchmarks/*.py for
 the baselines, which use no hvdcls code). Warm-up steps are excluded, each cell is measured
 `--reps` times and the median is reported with the min-max spread. Every cell of one bench run
 gets the same threads per process and the same Horovod fusion/cycle settings, so ratios within
@@ -29,7 +29,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-from hvdcls import bench_data, fileio, gpu, launch
+from hvdcls import fileio, gpu, launch
+from hvdcls.bench import data as bench_data
 from hvdcls.errors import UserError
 
 BASELINES_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -127,7 +128,7 @@ def worker_args(cell: Cell, spec: BenchSpec, out: Path) -> list[str]:
 def command(cell: Cell, spec: BenchSpec, out: Path, hosts=None) -> list[str]:
     args = worker_args(cell, spec, out)
     if cell.runner == "hvdcls":
-        program = [sys.executable, "-m", "hvdcls.bench_worker", "--backend", cell.backend, *args]
+        program = [sys.executable, "-m", "hvdcls.bench.worker", "--backend", cell.backend, *args]
     else:
         program = [sys.executable, str(BASELINES_DIR / BASELINE_SCRIPTS[(cell.runner, cell.backend)]), *args]
     if cell.runner == "ddp":
@@ -268,12 +269,12 @@ def add_ratios(results: list[dict]) -> None:
 
 
 def shaped_hosts(spec: BenchSpec):
-    """Two namespace hosts over a shaped link when asked for (hvdcls.netns), else nothing."""
+    """Two namespace hosts over a shaped link when asked for (hvdcls.bench.netns), else nothing."""
     if not spec.link_mbit:
         return contextlib.nullcontext(None)
     if any(n not in (1, 2) for n in spec.nps):
         raise UserError("--link-mbit runs one rank on each of two hosts: use --np 1 2")
-    from hvdcls.netns import Link, ShapedHosts
+    from hvdcls.bench.netns import Link, ShapedHosts
     return ShapedHosts(Link(spec.link_mbit, spec.link_delay_ms))
 
 
@@ -356,7 +357,8 @@ def machine() -> dict:
 
 def run(spec: BenchSpec, output_dir: Path, progress: bool = True) -> dict:
     from tqdm import tqdm  # noqa: PLC0415 (only the bench needs it at run time)
-    from hvdcls.bench_report import write_outputs
+
+    from hvdcls.bench.report import write_outputs
 
     validate(spec)
     if spec.baselines and not BASELINES_DIR.is_dir():

@@ -12,16 +12,16 @@ from typing import Iterable, Iterator, NamedTuple, Optional
 
 import numpy as np
 
-from hvdcls import checkpoint, faults, schedule
-from hvdcls.backend import Backend, Context, Sums
-from hvdcls.batches import EpochBatches
+from hvdcls.backend import Backend, Context, Sums, add
 from hvdcls.config import Config
-from hvdcls.datasets import Data
-from hvdcls.monitor import LossReads, Monitor, RunInfo, StepSample
-from hvdcls.outputs import RunOutputs
-from hvdcls.profiling import StepProfiler
-from hvdcls.sharding import TrainShards, eval_batches
-from hvdcls.transforms import Preprocess
+from hvdcls.data.batches import EpochBatches, LoaderWait
+from hvdcls.data.sharding import TrainShards, eval_batches
+from hvdcls.data.sources import Data
+from hvdcls.data.transforms import Preprocess
+from hvdcls.observe.monitor import LossReads, Monitor, RunInfo, StepSample
+from hvdcls.training import checkpoint, faults, schedule
+from hvdcls.training.outputs import RunOutputs
+from hvdcls.training.profiling import StepProfiler
 
 
 def epoch_seed(seed: int, epoch: int, rank: int) -> int:
@@ -37,36 +37,6 @@ def grouped(batches: Iterable, size: int) -> Iterator[list]:
         if len(group) == size:
             yield group
             group = []
-
-
-class LoaderWait:
-    """Wraps a loader and adds up the time spent blocked in its `next()`: the data wait."""
-
-    def __init__(self, loader: Iterable):
-        self.loader, self.waited = loader, 0.0
-
-    def __iter__(self) -> Iterator:
-        batches = iter(self.loader)
-        while True:
-            started = time.perf_counter()
-            try:
-                batch = next(batches)
-            except StopIteration:
-                return
-            finally:
-                self.waited += time.perf_counter() - started
-            yield batch
-
-    def take(self) -> float:
-        """Seconds waited since the last take()."""
-        waited, self.waited = self.waited, 0.0
-        return waited
-
-
-def add(total: Optional[Sums], step: Sums) -> Sums:
-    """Running sums in the framework's own dtypes (starting from the first step's, not 0.0:
-    TensorFlow will not add a Python float to an int32 tensor)."""
-    return step if total is None else Sums(*(a + b for a, b in zip(total, step)))
 
 
 def as_floats(total: Optional[Sums]) -> list[float]:
@@ -92,7 +62,7 @@ class TimedStep(NamedTuple):
 
 @dataclass
 class EpochTimes:
-    """Rank 0's sums over one epoch's steps (see hvdcls.monitor for their meaning)."""
+    """Rank 0's sums over one epoch's steps (see hvdcls.observe.monitor for their meaning)."""
 
     data_wait: float = 0.0
     step: float = 0.0

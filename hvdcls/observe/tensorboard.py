@@ -17,7 +17,7 @@ import socket
 import time
 from pathlib import Path
 
-from hvdcls.monitor import RunInfo, Sink, StepSample
+from hvdcls.observe.monitor import RunInfo, Sink, StepSample
 
 EPOCH_KEYS = ("train_loss", "val_loss", "train_accuracy", "val_accuracy", "lr", "images_per_sec",
               "data_wait_share", "allreduce_share", "epoch_seconds", "allreduce_bytes_per_step")

@@ -202,7 +202,7 @@ def mpi_problems(versions: dict[str, str]) -> list[str]:
 
 def run_smoke(backend: str, launcher: str) -> bool:
     """Launch the real 2-rank smoke job; True when every check passed on every rank."""
-    from hvdcls.smoke import launch_locally  # numpy: imported only when asked for
+    from hvdcls.checks.smoke import launch_locally  # numpy: imported only when asked for
 
     with tempfile.TemporaryDirectory(prefix="hvdcls-doctor-") as report_dir:
         return launch_locally(backend, launcher, 2, Path(report_dir)).passed

@@ -76,7 +76,7 @@ def write_dataset(scratch: Path, num_images: int, image_size: int, modes) -> Dat
     paths.imagefolder.parent.mkdir(parents=True, exist_ok=True)
     write_imagefolder(paths.imagefolder, num_images, 2 * image_size)
     if "lmdb" in modes:
-        from hvdcls import lmdb_store  # only LMDB cells need it (and the lmdb package)
+        from hvdcls.data import lmdb_store  # only LMDB cells need it (and the lmdb package)
 
         lmdb_store.pack(paths.imagefolder, paths.lmdb, progress=False)
     return paths
@@ -100,7 +100,7 @@ def data_flags(mode: str, scratch: Path, loader_workers: int) -> list[str]:
 def endless_batches(backend, source, shards, preprocess, workers: int) -> Iterator:
     """This rank's training batches through the backend's loader, a new epoch (a new
     permutation, new augmentation draws) whenever one is used up, as training reads them."""
-    from hvdcls.batches import EpochBatches
+    from hvdcls.data.batches import EpochBatches
 
     for epoch in itertools.count():
         batches = EpochBatches(source, shards.batches(epoch), preprocess, epoch, train=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from hvdcls.config import Config
-from hvdcls.datasets import Data, LabelledSource, imagefolder_splits, open_image_bytes, split_source
+from hvdcls.data.sources import Data, LabelledSource, imagefolder_splits, open_image_bytes, split_source
 from hvdcls.errors import UserError
 
 FORMAT, VERSION = "hvdcls-lmdb", 1

@@ -1,8 +1,8 @@
 """What the engine tells the watchers of a run, and the fan-out to them (rank 0 only).
 
 The engine measures each optimizer step once and hands a `StepSample` to one `Monitor`, which
-passes it to its sinks: the progress display (hvdcls.progress), the Prometheus endpoint
-(hvdcls.prometheus), TensorBoard (hvdcls.tensorboard) and report.png (hvdcls.report). Ranks
+passes it to its sinks: the progress display (hvdcls.observe.progress), the Prometheus endpoint
+(hvdcls.observe.prometheus), TensorBoard (hvdcls.observe.tensorboard) and report.png (hvdcls.observe.report). Ranks
 other than 0 get a Monitor with no sinks, so they print and serve nothing.
 
 What each measured number means (all measured on rank 0, with the host's clock):

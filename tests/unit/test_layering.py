@@ -1,0 +1,119 @@
+"""The tree's architecture, stated once: which package may import which, and no cycles.
+
+Read from the source with `ast` (nothing is imported), so the rule holds for imports inside
+functions too; only `if TYPE_CHECKING:` blocks are left out, as they never run.
+"""
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("hvdcls", "torch_backend", "tf_backend")
+CORE = "hvdcls"  # the modules at hvdcls/'s top level: contract, config, errors, registry, ...
+
+# Each layer may import these layers (and itself). Entry points (cli, __main__) reach the
+# rest through importlib by name, so they obey the core's rule like any other top module.
+ALLOWED = {
+    CORE: set(),
+    "hvdcls.data": {CORE},
+    "hvdcls.observe": {CORE},
+    "hvdcls.checks": {CORE},
+    "hvdcls.training": {CORE, "hvdcls.data", "hvdcls.observe"},
+    "hvdcls.bench": {CORE, "hvdcls.data"},
+    # Backends implement the contract over the data's batches; never the loop nor the bench.
+    "torch_backend": {CORE, "hvdcls.data", "hvdcls.checks"},
+    "tf_backend": {CORE, "hvdcls.data", "hvdcls.checks"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
+
+
+def layer(module: str) -> str:
+    """hvdcls.data.sources -> hvdcls.data; hvdcls.config -> hvdcls; tf_backend.x -> tf_backend."""
+    parts = module.split(".")
+    if parts[0] != "hvdcls":
+        return parts[0]
+    candidate = ".".join(parts[:2])
+    return candidate if candidate in ALLOWED else CORE
+
+
+def is_type_checking(node: ast.If) -> bool:
+    return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
+def imported(path: Path, known: set[str]) -> set[str]:
+    """The project modules `path` imports (a `from pkg import name` naming a module counts)."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] in PACKAGES)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] in PACKAGES:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                found.add(full if full in known else node.module)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imported(path, set(known)) - {name} for name, path in known.items()}
+
+
+def test_every_package_is_placed_in_a_layer():
+    for name in modules():
+        if name.startswith("hvdcls.") and name.count(".") >= 1 and (ROOT / name.replace(".", "/")).is_dir():
+            assert name in ALLOWED, f"new package {name}: give it a row in ALLOWED"
+
+
+def test_imports_point_down_the_layers(graph):
+    broken = [f"{source} imports {target}"
+              for source, targets in graph.items() for target in targets
+              if layer(target) != layer(source) and layer(target) not in ALLOWED[layer(source)]]
+    assert not broken, "\n".join(sorted(broken))
+
+
+def test_no_import_cycles(graph):
+    done: set[str] = set()
+
+    def walk(node: str, path: list[str]) -> None:
+        if node in path:
+            cycle = path[path.index(node):] + [node]
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+        if node in done:
+            return
+        for target in sorted(graph.get(node, ())):
+            walk(target, path + [node])
+        done.add(node)
+
+    for module in sorted(graph):
+        walk(module, [])
+
+
+def test_the_rule_catches_an_upward_import(tmp_path):
+    """The checker itself: a backend importing the loop is reported."""
+    source = tmp_path / "mod.py"
+    source.write_text("def f():\n    from hvdcls.training.loop import Trainer\n")
+    targets = imported(source, {"hvdcls.training.loop"})
+    assert targets == {"hvdcls.training.loop"}
+    assert layer("hvdcls.training.loop") not in ALLOWED["torch_backend"]
