@@ -9,8 +9,8 @@ COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compos
 PROJECT ?= hvdcls
 GPU_FLAG := $(if $(filter 1,$(GPU)),--gpu,)
 
-.PHONY: setup demo test doctor unit parallel clean distclean bench docker-engine base-image wheelhouse \
-	image compose-up compose-down compose-test
+.PHONY: setup demo test doctor unit parallel docker-test clean distclean bench docker-engine base-image \
+	wheelhouse image compose-up compose-down compose-test
 
 setup:
 	@VENV=$(VENV) GPU=$(GPU) bash tools/setup.sh
@@ -20,15 +20,19 @@ demo: setup
 
 # The Docker tests need an engine: started here when none answers (as root), else they skip
 # (and fail under CI=true).
+# Every test; pytest closes with its 25 slowest, to keep an eye on CI's budget.
 test: setup
 	@bash tools/docker_engine.sh --try
-	@$(PY) -m pytest tests
+	@$(PY) -m pytest --durations=25 tests
 
+# Parts of the suite: no framework launch / real ranks under horovodrun and mpirun / Docker.
 unit: setup
 	@$(PY) -m pytest tests/unit
 
 parallel: setup
-	@$(PY) -m pytest tests/parallel
+	@$(PY) -m pytest --durations=10 tests/parallel
+
+docker-test: compose-test
 
 docker-engine:
 	@bash tools/docker_engine.sh
