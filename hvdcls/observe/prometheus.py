@@ -6,7 +6,7 @@
 Every sample carries the labels backend and model. The numbers are kept in one `RunState`
 the engine updates, and turned into metrics when scraped, so a value the backend cannot
 measure (TensorFlow's all-reduce wait) is absent rather than a made-up 0. See hvdcls.observe.monitor
-for what each measured time means; README "Watching a run" lists the metrics.
+for what each measured time means; docs/watching.md lists the metrics.
 """
 from __future__ import annotations
 

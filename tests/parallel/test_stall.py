@@ -2,7 +2,7 @@
 and the job must end, non-zero, within horovod.stall_shutdown_seconds, naming the rank.
 
 Run under mpirun: with Horovod 0.28.1 the stall inspector reports and shuts down under the MPI
-controller, while under Gloo it was seen to stay silent (README, "Stalls").
+controller, while under Gloo it was seen to stay silent (docs/elastic-and-reliability.md, "Stalls").
 """
 import subprocess
 import time
