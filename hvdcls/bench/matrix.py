@@ -29,8 +29,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-from hvdcls import fileio, gpu, launch
+from hvdcls import fileio, gpu, horovod_env, launch
 from hvdcls.bench import data as bench_data
+from hvdcls.config import HorovodConfig
 from hvdcls.errors import UserError
 
 BASELINES_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -143,8 +144,9 @@ def command(cell: Cell, spec: BenchSpec, out: Path, hosts=None) -> list[str]:
 def environment(cell: Cell, spec: BenchSpec) -> dict[str, str]:
     env = launch.single_host_env(threads_per_rank(cell.np))
     env["OMP_NUM_THREADS"] = str(threads_per_rank(cell.np))
-    env["HOROVOD_FUSION_THRESHOLD"] = str(int(spec.fusion_threshold_mb * 1024 * 1024))
-    env["HOROVOD_CYCLE_TIME"] = f"{spec.cycle_time_ms:g}"
+    # Set in the environment, so the baselines (which use no hvdcls code) run under them too.
+    fusion = HorovodConfig(fusion_threshold_mb=spec.fusion_threshold_mb, cycle_time_ms=spec.cycle_time_ms)
+    env.update(horovod_env.variables(fusion, keys=("fusion_threshold_mb", "cycle_time_ms")))
     return env
 
 

@@ -88,3 +88,18 @@ def test_config_beats_the_inherited_value():
 def test_in_force_ignores_other_variables():
     assert horovod_env.in_force({"HOROVOD_TIMELINE": "t.json", "HOROVOD_GPU_OPERATIONS": "NCCL"}) == {
         **{name: "default" for name in ALL}, "HOROVOD_TIMELINE": "t.json"}
+
+
+def test_variables_of_some_keys_only():
+    config = HorovodConfig(fusion_threshold_mb=4, cycle_time_ms=2, autotune=True)
+    assert horovod_env.variables(config, keys=("fusion_threshold_mb", "cycle_time_ms")) == {
+        "HOROVOD_FUSION_THRESHOLD": "4194304", "HOROVOD_CYCLE_TIME": "2"}
+
+
+def test_the_bench_sets_fusion_and_cycle_through_the_table():
+    from hvdcls.bench import matrix
+
+    env = matrix.environment(matrix.Cell("raw-horovod", "torch", 2, "none", 16, "m"),
+                             matrix.BenchSpec(fusion_threshold_mb=0.0, cycle_time_ms=2.5))
+    assert env["HOROVOD_FUSION_THRESHOLD"] == "0" and env["HOROVOD_CYCLE_TIME"] == "2.5"
+    assert "HOROVOD_STALL_CHECK_DISABLE" not in env
