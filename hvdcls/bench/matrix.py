@@ -57,8 +57,9 @@ class BenchSpec:
     reps: int = 3
     rounds: int = 1  # the whole matrix this many times, interleaved: drift hits every cell alike
     baselines: bool = True
-    fusion_threshold_mb: float = 32.0  # NOTES: 16-32 MB and 5-10 ms suit this machine
-    cycle_time_ms: float = 5.0
+    # `hvdcls train`'s defaults (NOTES: 16-32 MB and 5-10 ms suit this machine)
+    fusion_threshold_mb: float = horovod_env.DEFAULTS["fusion_threshold_mb"]
+    cycle_time_ms: float = horovod_env.DEFAULTS["cycle_time_ms"]
     timeout: int = 900
     link_mbit: Optional[float] = None  # run np>1 cells across two namespaces over a shaped link
     link_delay_ms: float = 0.0
