@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from hvdcls import launch, registry
+from hvdcls import launch, registry, tables
 
 TARGET_ACCURACY = 0.95
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits.yaml"
@@ -38,13 +38,8 @@ def summarise(backend: str, summary: dict | None, wall_seconds: float) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    cells = [[str(row[column]) for column in COLUMNS] for row in rows]
-    widths = [max(len(column), *(len(c[i]) for c in cells)) for i, column in enumerate(COLUMNS)]
-
-    def line(values: list[str]) -> str:
-        return "  ".join(value.ljust(width) for value, width in zip(values, widths)).rstrip()
-
-    return "\n".join([line(COLUMNS), line(["-" * w for w in widths]), *map(line, cells)])
+    return "\n".join(tables.text(COLUMNS, ([str(row[column]) for column in COLUMNS] for row in rows),
+                                 rule=True))
 
 
 def train_one(backend: str, np: int, run_dir: Path, config: Path = CONFIG) -> tuple[dict | None, float]:
