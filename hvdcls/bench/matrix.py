@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import typing
 from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Optional
 
 from hvdcls import fileio, gpu, horovod_env, launch, registry
 from hvdcls.bench import data as bench_data
-from hvdcls.config import HorovodConfig
+from hvdcls.config import Compression, HorovodConfig
 from hvdcls.errors import UserError
 from hvdcls.flags import option
 
@@ -40,7 +41,7 @@ BASELINE_SCRIPTS = {("raw-horovod", "torch"): "raw_horovod_torch.py",
                     ("raw-horovod", "tensorflow"): "raw_horovod_tf.py",
                     ("ddp", "torch"): "ddp_torch.py"}
 BYTES_PER_ELEMENT = {"none": 4, "fp16": 2}
-COMPRESSIONS = ("none", "fp16", "powersgd")
+COMPRESSIONS = typing.get_args(Compression)  # what horovod.compression accepts
 # Raw Horovod has no PowerSGD; DDP has its own (torch.distributed's powerSGD_hook).
 NO_BASELINE = {("raw-horovod", "powersgd")}
 
