@@ -36,7 +36,7 @@ from hvdcls.config import Compression, HorovodConfig
 from hvdcls.errors import UserError
 from hvdcls.flags import option
 
-BASELINES_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
+BASELINES_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 BASELINE_SCRIPTS = {("raw-horovod", "torch"): "raw_horovod_torch.py",
                     ("raw-horovod", "tensorflow"): "raw_horovod_tf.py",
                     ("ddp", "torch"): "ddp_torch.py"}

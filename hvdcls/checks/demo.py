@@ -17,7 +17,7 @@ from pathlib import Path
 from hvdcls import launch, registry, tables
 
 TARGET_ACCURACY = 0.95
-CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits.yaml"
+CONFIG = Path(__file__).resolve().parents[2] / "configs" / "digits.yaml"
 COLUMNS = ["backend", "ranks", "val_accuracy", "best_val_accuracy", "images_per_sec",
            "wall_seconds", "same_weights", "ok"]
 
