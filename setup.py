@@ -2,9 +2,16 @@
 
 Install with `make setup`, which also builds the matching Horovod wheel; see README.md.
 """
+import re
 from pathlib import Path
 
 from setuptools import find_packages, setup
+
+
+def version() -> str:
+    """hvdcls.__version__, read from the file (importing the package here is not safe)."""
+    text = Path(__file__).with_name("hvdcls").joinpath("__init__.py").read_text()
+    return re.search(r'^__version__ = "([^"]+)"$', text, re.MULTILINE).group(1)
 
 
 def requirements(name: str) -> list[str]:
@@ -15,7 +22,7 @@ def requirements(name: str) -> list[str]:
 
 setup(
     name="hvdcls",
-    version="0.1.0",
+    version=version(),
     description="Horovod-based, framework-agnostic image classification training",
     long_description=Path(__file__).with_name("README.md").read_text(),
     long_description_content_type="text/markdown",

@@ -20,7 +20,7 @@ import importlib
 import sys
 from pathlib import Path
 
-from hvdcls import __version__, registry
+from hvdcls import __version__, flags, registry
 from hvdcls.errors import EXIT_FAILURE, EXIT_USER_ERROR, JobStopped, UserError
 
 
@@ -141,15 +141,7 @@ def add_report(sub) -> None:
 
 def run_bench(a: argparse.Namespace) -> int:
     bench = importlib.import_module("hvdcls.bench.matrix")
-    spec = bench.BenchSpec(backends=a.backends, nps=a.np, compressions=a.compression,
-                           batch_sizes=a.batch_size, models=a.model, image_size=a.image_size,
-                           warmup=a.warmup, steps=a.steps, reps=a.reps, baselines=a.baselines,
-                           fusion_threshold_mb=a.fusion_threshold_mb, cycle_time_ms=a.cycle_time_ms,
-                           link_mbit=a.link_mbit, link_delay_ms=a.link_delay_ms, rounds=a.rounds,
-                           powersgd_rank=a.powersgd_rank, sweep_fusion_mb=a.sweep_fusion_mb,
-                           sweep_cycle_ms=a.sweep_cycle_ms, data=a.data,
-                           loader_workers=a.loader_workers, device=a.device)
-    report = bench.run(spec, a.output_dir, progress=not a.quiet)
+    report = bench.run(flags.from_args(bench.BenchSpec, a), a.output_dir, progress=not a.quiet)
     print(importlib.import_module("hvdcls.bench.report").markdown(report))
     failed = [c for c in report["cells"] if "error" in c]
     return 1 if failed else 0
@@ -158,40 +150,7 @@ def run_bench(a: argparse.Namespace) -> int:
 def add_bench(sub) -> None:
     parser = sub.add_parser("bench", help="throughput over backend x processes x compression x batch "
                             "x model, beside DDP and raw Horovod (bench.json, bench.md, bench.png)")
-    bench = importlib.import_module("hvdcls.bench.matrix")
-    defaults = bench.BenchSpec()
-    parser.add_argument("--backends", nargs="+", choices=registry.names(), default=defaults.backends)
-    parser.add_argument("--np", nargs="+", type=int, default=defaults.nps, help="process counts")
-    parser.add_argument("--compression", nargs="+", choices=bench.COMPRESSIONS, default=defaults.compressions,
-                        help="np=1 runs uncompressed only; powersgd has a DDP baseline, no raw-Horovod one")
-    parser.add_argument("--powersgd-rank", type=int, default=defaults.powersgd_rank)
-    parser.add_argument("--batch-size", nargs="+", type=int, default=defaults.batch_sizes, help="per worker")
-    parser.add_argument("--model", nargs="+", default=defaults.models)
-    parser.add_argument("--image-size", type=int, default=defaults.image_size)
-    parser.add_argument("--warmup", type=int, default=defaults.warmup, help="untimed steps first")
-    parser.add_argument("--steps", type=int, default=defaults.steps, help="timed steps per repetition")
-    parser.add_argument("--reps", type=int, default=defaults.reps, help="repetitions (median, spread)")
-    parser.add_argument("--rounds", type=int, default=defaults.rounds, help="run the whole matrix this "
-                        "many times, interleaved, pooling the repetitions (evens out a drifting machine)")
-    parser.add_argument("--no-baselines", dest="baselines", action="store_false",
-                        help="skip the DDP and raw-Horovod loops")
-    parser.add_argument("--fusion-threshold-mb", type=float, default=defaults.fusion_threshold_mb)
-    parser.add_argument("--cycle-time-ms", type=float, default=defaults.cycle_time_ms)
-    parser.add_argument("--link-mbit", type=float, help="run the np=2 cells across two network "
-                        "namespaces joined by a link shaped to this rate (root; e.g. 1000, 10000)")
-    parser.add_argument("--link-delay-ms", type=float, default=0.0, help="one-way delay on that link")
-    parser.add_argument("--sweep-fusion-mb", nargs="+", type=float, default=defaults.sweep_fusion_mb,
-                        help="with --link-mbit: fusion thresholds to time a step's gradients under (0: no fusion)")
-    parser.add_argument("--sweep-cycle-ms", nargs="+", type=float, default=defaults.sweep_cycle_ms,
-                        help="with --link-mbit: cycle times, crossed with --sweep-fusion-mb")
-    data_modes = importlib.import_module("hvdcls.bench.data").DATA_MODES
-    parser.add_argument("--data", nargs="+", choices=data_modes,
-                        default=defaults.data, help="memory: one batch reused; imagefolder/lmdb: "
-                        "JPEGs written for the run, read through the real loader")
-    parser.add_argument("--loader-workers", type=int, default=defaults.loader_workers,
-                        help="loader workers per rank in imagefolder/lmdb cells")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default=defaults.device,
-                        help="cuda: float16 AMP, channels-last (torch); needs an NVIDIA GPU")
+    flags.add_flags(parser, importlib.import_module("hvdcls.bench.matrix").BenchSpec)  # its fields
     parser.add_argument("--output-dir", type=Path, default=Path("runs/bench"))
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run_bench)

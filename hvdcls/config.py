@@ -8,12 +8,13 @@ problem is reported as one line naming the key (a UserError, exit status 2).
 """
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, Literal, Optional
 
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import OmegaConfBaseException, ValidationError
 
 from hvdcls.errors import UserError
 
@@ -43,7 +44,7 @@ class SyntheticConfig:
 
 @dataclass
 class DataConfig:
-    name: str = "auto"  # auto | digits | synthetic | imagefolder | lmdb
+    name: Literal["auto", "digits", "synthetic", "imagefolder", "lmdb"] = "auto"
     path: Optional[str] = None  # auto + no path = digits, the embedded default
     image_size: int = 224
     val_fraction: float = 0.1  # held out of train/ when there is no val/
@@ -54,16 +55,17 @@ class DataConfig:
     # An image file that cannot be decoded: fail (exit 2 naming it) or skip (warn once, count it
     # in summary.json). fail by default: a broken file usually means a broken copy of the data
     # set, and a run that silently trains on less is not the run that was asked for.
-    bad_files: str = "fail"
+    bad_files: Literal["fail", "skip"] = "fail"
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
 
 @dataclass
 class OptimizerConfig:
-    name: str = "sgd"  # sgd | adam | adamw
+    name: Literal["sgd", "adam", "adamw"] = "sgd"
     lr: float = 0.1  # for one worker's batch; see scale_lr
-    scale_lr: str = "linear"  # linear: lr x world size x backward passes (Goyal et al.) | none
+    # linear: lr x world size x backward passes (Goyal et al.)
+    scale_lr: Literal["linear", "none"] = "linear"
     momentum: float = 0.9
     nesterov: bool = False
     weight_decay: float = 1e-4
@@ -71,7 +73,7 @@ class OptimizerConfig:
 
 @dataclass
 class ScheduleConfig:
-    name: str = "cosine"  # cosine | step | multistep | constant
+    name: Literal["cosine", "step", "multistep", "constant"] = "cosine"
     warmup_epochs: float = 0.0
     warmup_start_factor: float = 0.1  # warmup starts at this fraction of the peak lr
     min_lr_factor: float = 0.0  # cosine ends at this fraction of the peak lr
@@ -86,10 +88,10 @@ class TrainingConfig:
     batch_size: int = 32  # per worker, per backward pass
     seed: int = 0
     amp: bool = False
-    amp_dtype: str = "auto"  # auto (bfloat16 on CPU, float16 on GPU) | bfloat16 | float16
+    amp_dtype: Literal["auto", "bfloat16", "float16"] = "auto"  # auto: bfloat16 on CPU, float16 on GPU
     grad_clip_norm: Optional[float] = None
     label_smoothing: float = 0.0
-    device: str = "auto"  # auto | cpu | cuda
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     # torch: batches in NHWC memory (cuDNN's faster tensor-core kernels with AMP); tensorflow
     # accepts it and has nothing to do (Keras convolutions are NHWC already).
     channels_last: bool = False
@@ -112,12 +114,19 @@ class PowerSGDConfig:
     fp16: bool = False  # all-reduce P and Q in float16 too
 
 
+Compression = Literal["none", "fp16", "powersgd"]  # the bench's --compression too
+
+
 @dataclass
 class HorovodConfig:
-    compression: str = "none"  # none | fp16 | powersgd
-    op: str = "average"  # average | adasum
+    compression: Compression = "none"
+    op: Literal["average", "adasum"] = "average"
     backward_passes_per_step: int = 1  # gradient accumulation: all-reduce every N passes
-    fusion_threshold_mb: Optional[float] = None  # None: Horovod's default (or the env's)
+    # Tensor fusion buffer and the background thread's cycle. A value here beats the environment
+    # (`horovodrun --fusion-threshold-mb/--cycle-time-ms` set HOROVOD_FUSION_THRESHOLD and
+    # HOROVOD_CYCLE_TIME there); None: the environment's value, else ours: 32 MB and 5 ms (from
+    # the bench; hvdcls.horovod_env.SETTINGS), or Horovod's own (tuned) under autotune.
+    fusion_threshold_mb: Optional[float] = None
     cycle_time_ms: Optional[float] = None
     hierarchical_allreduce: bool = False
     autotune: bool = False
@@ -137,7 +146,7 @@ class OutputConfig:
     dir: Optional[str] = None  # None: runs/<timestamp>-<backend>
     checkpoint_every: int = 1  # epochs; 0 disables checkpoints (the last epoch is always saved)
     keep_checkpoints: int = 2
-    progress: str = "auto"  # auto (a bar on a terminal, else lines) | bar | lines | quiet
+    progress: Literal["auto", "bar", "lines", "quiet"] = "auto"  # auto: a bar on a terminal, else lines
     metrics_port: Optional[int] = None  # Prometheus /metrics on rank 0; 0: any free port; None: off
     metrics_host: str = "0.0.0.0"  # the address /metrics listens on
     metrics_linger_seconds: float = 0.0  # after training, serve until one more scrape or this long
@@ -157,18 +166,21 @@ class Config:
 
 
 SECTIONS = ("model", "data", "optimizer", "schedule", "training", "horovod", "output")
-CHOICES = {
-    "data.name": ("auto", "digits", "synthetic", "imagefolder", "lmdb"),
-    "data.bad_files": ("fail", "skip"),
-    "optimizer.name": ("sgd", "adam", "adamw"),
-    "optimizer.scale_lr": ("linear", "none"),
-    "schedule.name": ("cosine", "step", "multistep", "constant"),
-    "training.amp_dtype": ("auto", "bfloat16", "float16"),
-    "training.device": ("auto", "cpu", "cuda"),
-    "horovod.compression": ("none", "fp16", "powersgd"),
-    "horovod.op": ("average", "adasum"),
-    "output.progress": ("auto", "bar", "lines", "quiet"),
-}
+
+
+def _choices(cls: type, prefix: str = "") -> dict[str, tuple[str, ...]]:
+    """{dotted key: allowed values} of every Literal-typed field under the dataclass `cls`."""
+    out: dict[str, tuple[str, ...]] = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        if typing.get_origin(hint) is Literal:
+            out[prefix + name] = typing.get_args(hint)
+        elif isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
+            out.update(_choices(hint, f"{prefix}{name}."))
+    return out
+
+
+# The keys with a fixed set of values, read from the field types (OmegaConf checks them on merge).
+CHOICES = _choices(Config)
 POSITIVE = ("data.image_size", "data.synthetic.num_samples", "data.synthetic.num_classes",
             "training.epochs", "training.batch_size", "training.log_every", "training.commit_every",
             "horovod.backward_passes_per_step", "output.keep_checkpoints", "schedule.step_size",
@@ -184,6 +196,9 @@ OPTIONAL_POSITIVE = ("model.num_classes", "training.grad_clip_norm", "training.t
 
 def _one_line(err: OmegaConfBaseException, source: str) -> UserError:
     key = getattr(err, "full_key", None) or "?"
+    value = getattr(err, "value", None)
+    if key in CHOICES and isinstance(err, ValidationError) and not OmegaConf.is_config(value):
+        return _not_a_choice(key, value if value is None else str(value))
     message = str(getattr(err, "msg", None) or err).splitlines()[0]
     return UserError(f"config {source}: {key}: {message}")
 
@@ -312,9 +327,9 @@ def get(config: Config, dotted: str) -> Any:
 
 def validate(config: Config) -> None:
     """Every check that needs no data and no framework; one line naming the key on failure."""
-    for key, allowed in CHOICES.items():
+    for key, allowed in CHOICES.items():  # a Config made in code, not by load()
         if get(config, key) not in allowed:
-            raise UserError(f"config {key}={get(config, key)!r}: choose one of {', '.join(allowed)}")
+            raise _not_a_choice(key, get(config, key))
     for key in POSITIVE:
         _check(key, get(config, key), lambda v: v > 0, "must be > 0")
     for key in NON_NEGATIVE:
@@ -351,6 +366,10 @@ def validate(config: Config) -> None:
     if not 0 <= config.training.label_smoothing < 1:
         raise UserError(f"config training.label_smoothing={config.training.label_smoothing}: "
                         "must be in [0, 1)")
+
+
+def _not_a_choice(key: str, value: Any) -> UserError:
+    return UserError(f"config {key}={value!r}: choose one of {', '.join(CHOICES[key])}")
 
 
 def _check(key: str, value: Any, ok, why: str) -> None:

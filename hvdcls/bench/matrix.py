@@ -24,52 +24,68 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field, replace
+import typing
+from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-from hvdcls import fileio, gpu, launch
+from hvdcls import fileio, gpu, horovod_env, launch, registry
 from hvdcls.bench import data as bench_data
+from hvdcls.config import Compression, HorovodConfig
 from hvdcls.errors import UserError
+from hvdcls.flags import option
 
-BASELINES_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
+BASELINES_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 BASELINE_SCRIPTS = {("raw-horovod", "torch"): "raw_horovod_torch.py",
                     ("raw-horovod", "tensorflow"): "raw_horovod_tf.py",
                     ("ddp", "torch"): "ddp_torch.py"}
 BYTES_PER_ELEMENT = {"none": 4, "fp16": 2}
-COMPRESSIONS = ("none", "fp16", "powersgd")
+COMPRESSIONS = typing.get_args(Compression)  # what horovod.compression accepts
 # Raw Horovod has no PowerSGD; DDP has its own (torch.distributed's powerSGD_hook).
 NO_BASELINE = {("raw-horovod", "powersgd")}
 
 
 @dataclass
 class BenchSpec:
-    backends: list[str] = field(default_factory=lambda: ["torch", "tensorflow"])
-    nps: list[int] = field(default_factory=lambda: [1, 2])
-    compressions: list[str] = field(default_factory=lambda: ["none", "fp16"])
-    batch_sizes: list[int] = field(default_factory=lambda: [16])
-    models: list[str] = field(default_factory=lambda: ["resnet50"])
-    image_size: int = 64
-    warmup: int = 3
-    steps: int = 10
-    reps: int = 3
-    rounds: int = 1  # the whole matrix this many times, interleaved: drift hits every cell alike
-    baselines: bool = True
-    fusion_threshold_mb: float = 32.0  # NOTES: 16-32 MB and 5-10 ms suit this machine
-    cycle_time_ms: float = 5.0
-    timeout: int = 900
-    link_mbit: Optional[float] = None  # run np>1 cells across two namespaces over a shaped link
-    link_delay_ms: float = 0.0
+    """What to measure; each field is also its `hvdcls bench` flag (hvdcls.flags), in this order."""
+
+    backends: list[str] = option(["torch", "tensorflow"], choices=registry.names())
+    nps: list[int] = option([1, 2], flag="--np", help="process counts")
+    compressions: list[str] = option(["none", "fp16"], flag="--compression", choices=COMPRESSIONS,
+                                     help="np=1 runs uncompressed only; powersgd has a DDP baseline, "
+                                     "no raw-Horovod one")
     powersgd_rank: int = 4
+    batch_sizes: list[int] = option([16], flag="--batch-size", help="per worker")
+    models: list[str] = option(["resnet50"], flag="--model")
+    image_size: int = 64
+    warmup: int = option(3, help="untimed steps first")
+    steps: int = option(10, help="timed steps per repetition")
+    reps: int = option(3, help="repetitions (median, spread)")
+    # Drift hits every cell alike.
+    rounds: int = option(1, help="run the whole matrix this many times, interleaved, pooling the "
+                         "repetitions (evens out a drifting machine)")
+    baselines: bool = option(True, help="skip the DDP and raw-Horovod loops")  # --no-baselines
+    # `hvdcls train`'s defaults (NOTES: 16-32 MB and 5-10 ms suit this machine)
+    fusion_threshold_mb: float = horovod_env.DEFAULTS["fusion_threshold_mb"]
+    cycle_time_ms: float = horovod_env.DEFAULTS["cycle_time_ms"]
+    timeout: int = option(900, flag=None)  # seconds per launch; no flag
+    link_mbit: Optional[float] = option(None, help="run the np=2 cells across two network namespaces "
+                                        "joined by a link shaped to this rate (root; e.g. 1000, 10000)")
+    link_delay_ms: float = option(0.0, help="one-way delay on that link")
     # Across a shaped link: the all-reduce sweep also times one step's gradients of the first
     # model under each fusion threshold x cycle time (one launch each; Horovod reads them at init;
     # a threshold of 0 turns fusion off).
-    sweep_fusion_mb: list[float] = field(default_factory=lambda: [0.0, 4.0, 32.0, 128.0])
-    sweep_cycle_ms: list[float] = field(default_factory=lambda: [1.0, 5.0, 20.0])
-    data: list[str] = field(default_factory=lambda: ["memory"])  # memory | imagefolder | lmdb
-    loader_workers: int = 2  # data.workers of every rank in imagefolder/lmdb cells
-    device: str = "cpu"  # cpu | cuda (AMP float16, channels-last for torch)
+    sweep_fusion_mb: list[float] = option([0.0, 4.0, 32.0, 128.0], help="with --link-mbit: fusion "
+                                          "thresholds to time a step's gradients under (0: no fusion)")
+    sweep_cycle_ms: list[float] = option([1.0, 5.0, 20.0], help="with --link-mbit: cycle times, "
+                                         "crossed with --sweep-fusion-mb")
+    data: list[str] = option(["memory"], choices=bench_data.DATA_MODES,
+                             help="memory: one batch reused; imagefolder/lmdb: JPEGs written for "
+                             "the run, read through the real loader")
+    loader_workers: int = option(2, help="loader workers per rank in imagefolder/lmdb cells")
+    device: str = option("cpu", choices=("cpu", "cuda"),
+                         help="cuda: float16 AMP, channels-last (torch); needs an NVIDIA GPU")
 
 
 @dataclass(frozen=True)
@@ -143,8 +159,9 @@ def command(cell: Cell, spec: BenchSpec, out: Path, hosts=None) -> list[str]:
 def environment(cell: Cell, spec: BenchSpec) -> dict[str, str]:
     env = launch.single_host_env(threads_per_rank(cell.np))
     env["OMP_NUM_THREADS"] = str(threads_per_rank(cell.np))
-    env["HOROVOD_FUSION_THRESHOLD"] = str(int(spec.fusion_threshold_mb * 1024 * 1024))
-    env["HOROVOD_CYCLE_TIME"] = f"{spec.cycle_time_ms:g}"
+    # Set in the environment, so the baselines (which use no hvdcls code) run under them too.
+    fusion = HorovodConfig(fusion_threshold_mb=spec.fusion_threshold_mb, cycle_time_ms=spec.cycle_time_ms)
+    env.update(horovod_env.variables(fusion, keys=("fusion_threshold_mb", "cycle_time_ms")))
     return env
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hvdcls import fileio
+from hvdcls import fileio, tables
 
 COLUMNS = ["runner", "backend", "np", "compression", "batch", "model", "data", "img/s (median)",
            "spread", "img/s/worker", "scaling eff.", "step ms", "allreduce wait", "data wait",
@@ -53,9 +53,7 @@ def markdown(report: dict) -> str:
              "allreduce wait: share of the step spent waiting for gradients after backward "
              "(torch backend only); data: memory (one batch reused) or files read through the "
              "loader with N workers per rank; data wait: share of the step blocked waiting for "
-             "the next batch.", "",
-             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(row(c)) + " |" for c in report["cells"]]
+             "the next batch.", "", *tables.markdown(COLUMNS, map(row, report["cells"]))]
     return "\n".join(lines + sweep_lines(report.get("allreduce_sweep"))) + "\n"
 
 
@@ -66,9 +64,10 @@ def sweep_lines(sweep) -> list[str]:
         return ["", f"All-reduce sweep failed: {sweep['error']}"]
     lines = ["", f"All-reduce bus bandwidth across the shaped link ({sweep['link']}, "
              f"{sweep['world_size']} ranks), one message at a time:", "",
-             "| message MB | median s | bus Gbit/s | share of link |", "|---|---|---|---|"]
-    lines += [f"| {r['bytes'] / 1e6:.2f} | {r['seconds']:.4f} | {r['bus_gbit_per_s']:.3f} | "
-              f"{r['share_of_link']:.0%} |" for r in sweep["sweep"]]
+             *tables.markdown(["message MB", "median s", "bus Gbit/s", "share of link"],
+                              ([f"{r['bytes'] / 1e6:.2f}", f"{r['seconds']:.4f}",
+                                f"{r['bus_gbit_per_s']:.3f}", f"{r['share_of_link']:.0%}"]
+                               for r in sweep["sweep"]))]
     return lines + gradient_lines(sweep["gradients"])
 
 
@@ -78,14 +77,15 @@ def gradient_lines(rows: list[dict]) -> list[str]:
     if not good:
         return []
     first = good[0]
-    lines = ["", f"One step's gradients of {first['model']} ({first['tensors']} tensors, "
-             f"{first['bytes'] / 1e6:.1f} MB) by fusion threshold and cycle time, fastest first:", "",
-             "| fusion MB | cycle ms | median s | bus Gbit/s | share of link | vs fastest |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {r['fusion_mb']:g} | {r['cycle_ms']:g} | {r['seconds']:.4f} | {r['bus_gbit_per_s']:.3f} | "
-              f"{r['share_of_link']:.0%} | {first['seconds'] / r['seconds']:.2f} |" for r in good]
-    return lines + [f"| {r['fusion_mb']:g} | {r['cycle_ms']:g} | failed: {r['error'][:60]} | | | |"
-                    for r in rows if "error" in r]
+    header = ["fusion MB", "cycle ms", "median s", "bus Gbit/s", "share of link", "vs fastest"]
+    cells = [[f"{r['fusion_mb']:g}", f"{r['cycle_ms']:g}", f"{r['seconds']:.4f}",
+              f"{r['bus_gbit_per_s']:.3f}", f"{r['share_of_link']:.0%}",
+              f"{first['seconds'] / r['seconds']:.2f}"] for r in good]
+    cells += [[f"{r['fusion_mb']:g}", f"{r['cycle_ms']:g}", f"failed: {r['error'][:60]}", "", "", ""]
+              for r in rows if "error" in r]
+    return ["", f"One step's gradients of {first['model']} ({first['tensors']} tensors, "
+            f"{first['bytes'] / 1e6:.1f} MB) by fusion threshold and cycle time, fastest first:", "",
+            *tables.markdown(header, cells)]
 
 
 def link_label(spec: dict) -> str:

@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from hvdcls import launch, registry
+from hvdcls import launch, registry, tables
 
 TARGET_ACCURACY = 0.95
-CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits.yaml"
+CONFIG = Path(__file__).resolve().parents[2] / "configs" / "digits.yaml"
 COLUMNS = ["backend", "ranks", "val_accuracy", "best_val_accuracy", "images_per_sec",
            "wall_seconds", "same_weights", "ok"]
 
@@ -38,13 +38,8 @@ def summarise(backend: str, summary: dict | None, wall_seconds: float) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    cells = [[str(row[column]) for column in COLUMNS] for row in rows]
-    widths = [max(len(column), *(len(c[i]) for c in cells)) for i, column in enumerate(COLUMNS)]
-
-    def line(values: list[str]) -> str:
-        return "  ".join(value.ljust(width) for value, width in zip(values, widths)).rstrip()
-
-    return "\n".join([line(COLUMNS), line(["-" * w for w in widths]), *map(line, cells)])
+    return "\n".join(tables.text(COLUMNS, ([str(row[column]) for column in COLUMNS] for row in rows),
+                                 rule=True))
 
 
 def train_one(backend: str, np: int, run_dir: Path, config: Path = CONFIG) -> tuple[dict | None, float]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from hvdcls import tables
 from hvdcls.errors import UserError
 from hvdcls.fileio import write_atomic
 from hvdcls.observe.monitor import Sink
@@ -205,18 +206,18 @@ def _number(value: Optional[float], digits: int) -> str:
 
 
 def markdown_table(runs: list[Run]) -> str:
-    header = ("| run | backend | ranks | model | epochs | val accuracy | best | images/s | "
-              "data wait % | all-reduce wait % | timeline comm. % | wall s |")
-    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    header = ["run", "backend", "ranks", "model", "epochs", "val accuracy", "best", "images/s",
+              "data wait %", "all-reduce wait %", "timeline comm. %", "wall s"]
+    rows = []
     for run, label in zip(runs, unique_labels(runs)):
         s, last = run.summary, run.history[-1]
-        lines.append(" | ".join([
-            f"| {label}", str(s.get("backend", "?")), str(s.get("world_size", last.get("world_size", "?"))),
+        rows.append([
+            label, str(s.get("backend", "?")), str(s.get("world_size", last.get("world_size", "?"))),
             str(s.get("model", "?")), str(last["epoch"]), f"{last['val_accuracy']:.4f}",
             f"{max(r['val_accuracy'] for r in run.history):.4f}", _number(images_per_sec(run), 1),
             _percent(run.mean("data_wait_share")), _percent(run.mean("allreduce_share")),
-            _percent(run.timeline_share), _number(s.get("wall_seconds"), 1)]) + " |")
-    return "\n".join(lines) + "\n"
+            _percent(run.timeline_share), _number(s.get("wall_seconds"), 1)])
+    return "\n".join(tables.markdown(header, rows)) + "\n"
 
 
 def compare(run_dirs: list[Path], output: Path) -> int:

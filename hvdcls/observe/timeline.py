@@ -31,6 +31,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from hvdcls import tables
 from hvdcls.errors import UserError
 
 CHUNK_CHARS = 1 << 20
@@ -209,11 +210,14 @@ def format_summary(s: TimelineSummary) -> str:
         state += f", last {s.unparsed_chars} characters unreadable"
     lines = [f"timeline {s.path}: {s.events:,} events, {s.traced_seconds:.3f} s traced, {state}",
              f"tensors: {s.tensors}",
-             "", f"{'op':<28} {'count':>8} {'total s':>10} {'mean ms':>9} {'MB':>10}"]
+             ""]
+    ops = []
     for name, op in s.ops.items():
         mean_ms = 1000 * op["seconds"] / op["count"] if op["count"] else 0.0
         size = f"{op['bytes'] / 1e6:.3f}" if op["bytes"] else ""
-        lines.append(f"{name:<28} {op['count']:>8} {op['seconds']:>10.3f} {mean_ms:>9.3f} {size:>10}")
+        ops.append([name, str(op["count"]), f"{op['seconds']:.3f}", f"{mean_ms:.3f}", size])
+    lines += tables.text(["op", "count", "total s", "mean ms", "MB"], ops, align="<>>>>",
+                         widths=(28, 8, 10, 9, 10), gap=" ")
     lines += ["",
               f"collective rounds:   {s.rounds} ({s.fused_tensors} tensors fused, "
               f"{s.fused_bytes / 1e6:.3f} MB through the fusion buffer)",

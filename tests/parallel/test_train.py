@@ -120,6 +120,23 @@ def test_horovod_settings_reach_horovod(backend, tmp_path):
     assert trace.startswith("[") and "ALLREDUCE" in trace, trace[:500]
 
 
+def test_our_fusion_default_yields_to_horovodruns_flag(tmp_path):
+    """No config values: our 32 MB threshold is in force, and horovodrun's --cycle-time-ms beats
+    our 5 ms (framework-free, so one backend shows it)."""
+    out = tmp_path / "run"
+    command = launch.hvdcls_command("train", "--backend", "torch", "--config", DIGITS, "--output-dir",
+                                    str(out), "--epochs", "2", "output.checkpoint_every=0")
+    env = launch.single_host_env()
+    for name in ("HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_AUTOTUNE"):
+        env.pop(name, None)
+    result = subprocess.run(launch.horovodrun(NP, ["--cycle-time-ms", "10", *command]), env=env,
+                            capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    environment = read_json(out / "summary.json")["horovod"]["environment"]
+    assert environment["HOROVOD_FUSION_THRESHOLD"] == str(32 * 1024 * 1024)
+    assert float(environment["HOROVOD_CYCLE_TIME"]) == 10
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_adasum_over_gloo_stops_every_rank_with_one_line(backend, tmp_path):
     command = launch.hvdcls_command("train", "--backend", backend, "--config", DIGITS,

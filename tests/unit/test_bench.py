@@ -186,3 +186,8 @@ def test_the_table_shows_data_and_its_wait():
     lmdb, memory = ([v.strip() for v in line.strip("|").split("|")] for line in rows)
     assert lmdb[header.index("data")] == "lmdb/2w" and lmdb[header.index("data wait")] == "50%"
     assert memory[header.index("data")] == "memory" and memory[header.index("data wait")] == "-"
+
+
+def test_the_baseline_scripts_are_found_in_a_source_checkout():
+    for script in bench.BASELINE_SCRIPTS.values():
+        assert (bench.BASELINES_DIR / script).is_file(), script

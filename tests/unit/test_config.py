@@ -327,3 +327,28 @@ def test_an_override_yaml_cannot_parse_names_its_key():
     """Found by tests/unit/test_properties.py: yaml's ScannerError used to escape."""
     assert user_error(overrides=["data.bad_files='"]).startswith(
         "config override data.bad_files: value \"'\" is not valid YAML (")
+
+
+def test_choices_come_from_the_field_types_and_stay_plain_strings():
+    import typing
+
+    assert config.CHOICES["horovod.compression"] == typing.get_args(config.Compression)
+    assert typing.get_args(typing.get_type_hints(config.TrainingConfig)["device"]) == \
+        config.CHOICES["training.device"]
+    cfg = config.load(overrides=["horovod.compression=fp16", "training.device=cpu", "data.name=synthetic"])
+    assert type(cfg.horovod.compression) is str and cfg.horovod.compression == "fp16"
+    assert type(cfg.training.device) is str and type(config.Config().output.progress) is str
+    assert "compression: fp16" in config.to_yaml(cfg)
+    assert config.to_dict(cfg)["training"]["device"] == "cpu"
+
+
+def test_null_for_a_choice_names_the_choices():
+    assert user_error(overrides=["training.device=null"]) == \
+        "config training.device=None: choose one of auto, cpu, cuda"
+
+
+def test_a_config_made_in_code_is_checked_too():
+    made = config.Config()
+    made.horovod.op = "sum"
+    with pytest.raises(UserError, match=r"^config horovod.op='sum': choose one of average, adasum$"):
+        config.validate(made)

@@ -36,3 +36,9 @@ def test_table_aligns_columns():
     assert lines[0].split() == COLUMNS
     assert [line.split()[0] for line in lines[2:]] == ["torch", "tensorflow"]
     assert lines[0].index("val_accuracy") == lines[3].index("0.98")
+
+
+def test_the_demo_config_is_found_in_a_source_checkout():
+    from hvdcls.checks.demo import CONFIG
+
+    assert CONFIG.is_file(), CONFIG

@@ -18,13 +18,18 @@ def test_variable_names():
     assert tuple(horovod_env.VARIABLES.values()) == ALL
 
 
-def test_defaults_set_only_the_stall_settings():
-    assert horovod_env.variables(HorovodConfig()) == STALL
+# Our defaults for fusion and cycle: 32 MB and 5 ms.
+OURS = {"HOROVOD_FUSION_THRESHOLD": "33554432", "HOROVOD_CYCLE_TIME": "5"}
+
+
+def test_defaults_set_the_stall_settings_and_our_fusion_and_cycle():
+    assert horovod_env.variables(HorovodConfig()) == STALL  # what the config itself asks for
     environ = {"PATH": "/bin"}
     assert horovod_env.apply(HorovodConfig(), environ) == {
-        **{name: "default" for name in ALL}, "HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
+        **{name: "default" for name in ALL}, **OURS, "HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
         "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "600"}
-    assert environ == {"PATH": "/bin", **STALL}
+    assert environ == {"PATH": "/bin", **STALL, **OURS}
+    assert horovod_env.DEFAULTS == {"fusion_threshold_mb": 32.0, "cycle_time_ms": 5.0}
 
 
 def test_stall_settings():
@@ -88,3 +93,67 @@ def test_config_beats_the_inherited_value():
 def test_in_force_ignores_other_variables():
     assert horovod_env.in_force({"HOROVOD_TIMELINE": "t.json", "HOROVOD_GPU_OPERATIONS": "NCCL"}) == {
         **{name: "default" for name in ALL}, "HOROVOD_TIMELINE": "t.json"}
+
+
+def test_variables_of_some_keys_only():
+    config = HorovodConfig(fusion_threshold_mb=4, cycle_time_ms=2, autotune=True)
+    assert horovod_env.variables(config, keys=("fusion_threshold_mb", "cycle_time_ms")) == {
+        "HOROVOD_FUSION_THRESHOLD": "4194304", "HOROVOD_CYCLE_TIME": "2"}
+
+
+def test_the_bench_sets_fusion_and_cycle_through_the_table():
+    from hvdcls.bench import matrix
+
+    env = matrix.environment(matrix.Cell("raw-horovod", "torch", 2, "none", 16, "m"),
+                             matrix.BenchSpec(fusion_threshold_mb=0.0, cycle_time_ms=2.5))
+    assert env["HOROVOD_FUSION_THRESHOLD"] == "0" and env["HOROVOD_CYCLE_TIME"] == "2.5"
+    assert "HOROVOD_STALL_CHECK_DISABLE" not in env
+
+
+# Precedence, weakest first: our default < the environment (horovodrun's flags) < the config.
+@pytest.mark.parametrize("environ, fusion_mb, expected", [
+    ({}, None, "33554432"),                                       # ours
+    ({"HOROVOD_FUSION_THRESHOLD": "67108864"}, None, "67108864"),  # the environment's beats ours
+    ({}, 16, "16777216"),                                          # the config's beats ours
+    ({"HOROVOD_FUSION_THRESHOLD": "67108864"}, 16, "16777216"),    # ... and the environment's
+    ({"HOROVOD_FUSION_THRESHOLD": "0"}, None, "0"),                # fusion off, from horovodrun
+])
+def test_fusion_threshold_precedence(environ, fusion_mb, expected):
+    in_force = horovod_env.apply(HorovodConfig(fusion_threshold_mb=fusion_mb), environ)
+    assert environ["HOROVOD_FUSION_THRESHOLD"] == in_force["HOROVOD_FUSION_THRESHOLD"] == expected
+
+
+@pytest.mark.parametrize("environ, cycle_ms, expected", [
+    ({}, None, "5"), ({"HOROVOD_CYCLE_TIME": "10"}, None, "10"), ({}, 2.5, "2.5"),
+    ({"HOROVOD_CYCLE_TIME": "10"}, 2.5, "2.5")])
+def test_cycle_time_precedence(environ, cycle_ms, expected):
+    in_force = horovod_env.apply(HorovodConfig(cycle_time_ms=cycle_ms), environ)
+    assert environ["HOROVOD_CYCLE_TIME"] == in_force["HOROVOD_CYCLE_TIME"] == expected
+
+
+def test_each_default_stands_alone():
+    environ = {"HOROVOD_CYCLE_TIME": "10"}
+    assert horovod_env.to_set(HorovodConfig(), environ) == {
+        "HOROVOD_FUSION_THRESHOLD": "33554432", **STALL}
+    assert horovod_env.to_set(HorovodConfig(cycle_time_ms=1), {}) == {
+        "HOROVOD_FUSION_THRESHOLD": "33554432", "HOROVOD_CYCLE_TIME": "1", **STALL}
+
+
+@pytest.mark.parametrize("config, environ", [
+    (HorovodConfig(autotune=True), {}), (HorovodConfig(), {"HOROVOD_AUTOTUNE": "1"})])
+def test_no_default_under_autotune(config, environ):
+    """Horovod tunes only what its environment leaves unset: ours would pin both."""
+    assert horovod_env.defaults(config, environ) == {}
+    in_force = horovod_env.apply(config, environ)
+    assert in_force["HOROVOD_FUSION_THRESHOLD"] == in_force["HOROVOD_CYCLE_TIME"] == "default"
+
+
+def test_autotune_off_in_the_environment_keeps_our_defaults():
+    assert horovod_env.defaults(HorovodConfig(), {"HOROVOD_AUTOTUNE": "0"}) == OURS
+
+
+def test_the_bench_runs_under_our_defaults():
+    from hvdcls.bench import matrix
+
+    spec = matrix.BenchSpec()
+    assert (spec.fusion_threshold_mb, spec.cycle_time_ms) == (32.0, 5.0)
