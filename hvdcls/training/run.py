@@ -23,7 +23,7 @@ from hvdcls import __version__, config as cfg, horovod_env, registry
 from hvdcls.backend import Backend, Context, weights_digest
 from hvdcls.data import bad_files, datasets
 from hvdcls.errors import JobStopped, UserError
-from hvdcls.observe.monitor import Monitor, Sink
+from hvdcls.observe.monitor import EpochRecord, Monitor, Sink
 from hvdcls.training import checkpoint, elastic
 from hvdcls.training.loop import Trainer
 from hvdcls.training.outputs import EVAL_FILE, RunOutputs, default_run_dir
@@ -149,7 +149,7 @@ def train_elastic(config: cfg.Config, backend_name: str, backend: Backend, ctx: 
     start_epoch, history = 0, []
     if resumed is not None:
         backend.load(resumed.directory)  # every rank: the elastic sync needs no broadcast here
-        start_epoch, history = resumed.state["epoch"], resumed.state["history"]
+        start_epoch, history = resumed_progress(resumed)
     sinks = make_sinks(config, backend_name, outputs) if ctx.is_main else []
     with Monitor(sinks) as monitor:
         outputs.write_config(cfg.to_yaml(config))
@@ -207,15 +207,20 @@ def check_controller(config: cfg.Config, ctx: Context) -> None:
 
 
 def restore(backend: Backend, ctx: Context, resumed: Optional[checkpoint.Resumed],
-            outputs: RunOutputs) -> tuple[int, list[dict]]:
-    """(epochs done, their metrics): from the checkpoint, or (0, []) for a new run."""
+            outputs: RunOutputs) -> tuple[int, list[EpochRecord]]:
+    """(epochs done, their records): from the checkpoint, or (0, []) for a new run."""
     if resumed is None:
         return 0, []
     # A checkpoint rank 0 cannot read stops every rank, not just rank 0.
     on_main_then_share(backend, ctx, lambda: backend.load(resumed.directory), "load")
     backend.broadcast_state()  # Horovod: every rank continues from rank 0's checkpoint
     outputs.say(f"resumed from {resumed.directory} after epoch {resumed.state['epoch']}")
-    return resumed.state["epoch"], resumed.state["history"]
+    return resumed_progress(resumed)
+
+
+def resumed_progress(resumed: checkpoint.Resumed) -> tuple[int, list[EpochRecord]]:
+    """(epochs done, their records) as the checkpoint's state.json holds them."""
+    return resumed.state["epoch"], [EpochRecord.from_dict(r) for r in resumed.state["history"]]
 
 
 def with_rank_facts(summary: dict, backend: Backend) -> dict:
@@ -243,18 +248,18 @@ def evaluate_only(trainer: Trainer, backend: Backend, ctx: Context,
 
 
 def make_summary(config: cfg.Config, ctx: Context, data: Data, model_info: dict,
-                 horovod_settings: dict, history: list[dict], started: float,
+                 horovod_settings: dict, history: list[EpochRecord], started: float,
                  resumed: Optional[checkpoint.Resumed]) -> dict:
-    this_run = [r for r in history if r["epoch"] > (resumed.state["epoch"] if resumed else 0)]
-    images = sum(r["train_images"] for r in this_run)
-    seconds = sum(r["train_seconds"] for r in this_run)
+    this_run = [r for r in history if r.epoch > (resumed.state["epoch"] if resumed else 0)]
+    images = sum(r.train_images for r in this_run)
+    seconds = sum(r.train_seconds for r in this_run)
     return {
         "backend": ctx.backend, "world_size": ctx.size, "controller": ctx.controller,
         "model": config.model.name, "dataset": data.name, "data": data.description,
         "num_classes": data.num_classes, "epochs": config.training.epochs,
-        "val_accuracy": history[-1]["val_accuracy"] if history else None,
-        "best_val_accuracy": max((r["val_accuracy"] for r in history), default=None),
-        "val_loss": history[-1]["val_loss"] if history else None,
+        "val_accuracy": history[-1].val_accuracy if history else None,
+        "best_val_accuracy": max((r.val_accuracy for r in history), default=None),
+        "val_loss": history[-1].val_loss if history else None,
         "images_per_sec": images / seconds if seconds else None,
         "wall_seconds": time.time() - started,
         "resumed_from": str(resumed.directory) if resumed else None,
