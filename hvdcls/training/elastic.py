@@ -124,7 +124,8 @@ class Commits(StepHook):
     def fold(self, tally: Tally) -> None:
         """The steps since the last commit, into the state (every rank alike: a collective)."""
         state = self.state
-        reduced = self.backend.allreduce_sum(as_floats(tally.total), f"elastic_sums.{state.global_step}")
+        name = f"elastic_sums.{state.global_step}"
+        reduced = self.backend.allreduce_sum(as_floats(tally.total), name)
         state.train_sums = [a + b for a, b in zip(state.train_sums, reduced)]
         state.consumed += tally.steps * self.per_step
         state.global_step += tally.steps
@@ -169,11 +170,13 @@ class ElasticTrainer:
         self.backend.seed(attempt_seed(self.config.training.seed, epoch, ctx.rank, state.consumed))
         batches = trainer.epoch_batches(epoch, shards.batches(epoch, state.consumed))
         first = int(state.consumed / shards.per_step)  # this world's steps already done this epoch
-        position, lr_at = schedule_position(epoch, state.consumed, shards), world_schedule(self.config, shards)
+        position = schedule_position(epoch, state.consumed, shards)
+        lr_at = world_schedule(self.config, shards)
         commits = Commits(state, self.backend, ctx.rank, shards.per_step,
                           self.config.training.commit_every, self.recoveries)
         times = EpochTimes()  # no bytes per step: an attempt sees only part of the epoch
-        tally = trainer.run_steps(epoch, batches, first, lambda i: lr_at(position + i), times, commits)
+        tally = trainer.run_steps(epoch, batches, first, lambda i: lr_at(position + i), times,
+                                  commits)
         if tally.steps:
             commits.fold(tally)
         return times

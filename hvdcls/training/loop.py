@@ -126,7 +126,8 @@ class StallPoint(StepHook):
 
 
 def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seconds: float,
-                 epoch_seconds: float, times: EpochTimes, world_size: int, steps: int) -> EpochRecord:
+                 epoch_seconds: float, times: EpochTimes, world_size: int,
+                 steps: int) -> EpochRecord:
     """One epoch's line of metrics.jsonl from its reduced metrics and rank 0's timings."""
     allreduce_share = None if times.allreduce is None else times.allreduce / train_seconds
     return EpochRecord(
