@@ -1,4 +1,4 @@
-"""Elastic training: the epoch loop under Horovod's elastic mode, for every backend.
+"""Elastic training: the shared epoch loop under Horovod's elastic mode, for every backend.
 
     horovodrun -np 2 --min-np 1 --max-np 4 --host-discovery-script ./hosts.sh \\
         --blacklist-cooldown-range 2 10 hvdcls train --backend torch training.elastic=true
@@ -9,6 +9,9 @@ every epoch end. When a worker dies, the survivors roll back to the last commit;
 come or go, every worker re-synchronises from rank 0. Either way the attempt below starts
 again with the new world: the rest of the epoch's permutation is dealt over it (see
 hvdcls.data.sharding.ElasticShards) and the learning rate is scaled for its size.
+
+The steps and the epoch's end are the plain run's (hvdcls.training.loop.Trainer.run_steps and
+end_epoch); what elastic adds around each step, `Commits`, is passed to that loop as its hook.
 """
 from __future__ import annotations
 
