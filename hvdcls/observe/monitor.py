@@ -18,7 +18,7 @@ What each measured number means (all measured on rank 0, with the host's clock):
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
 LOSS_READ_INTERVAL_SECONDS = 1.0  # reading a loss waits for the device: at most this often
@@ -47,6 +47,41 @@ class StepSample:
     loss: Optional[float]  # this step's mean loss on rank 0; None when not read this step
 
 
+@dataclass(frozen=True)
+class EpochRecord:
+    """One epoch's result: one line of metrics.jsonl (as_dict), one entry of a checkpoint's
+    history. Written by the engine (hvdcls.training); read back from files as plain dicts."""
+
+    epoch: int  # 1-based: epochs done once this one is
+    train_loss: float
+    train_accuracy: float
+    val_loss: float
+    val_accuracy: float
+    lr: float  # the last step's learning rate
+    images_per_sec: float  # training images over training seconds
+    train_images: int
+    val_images: int
+    train_seconds: float
+    epoch_seconds: float  # training, metric reduction and evaluation
+    world_size: int
+    steps: int
+    data_wait_seconds: float
+    data_wait_share: float
+    step_seconds: float
+    allreduce_wait_seconds: Optional[float]  # None: the backend cannot separate it
+    allreduce_share: Optional[float]
+    allreduce_bytes_per_step: Optional[float]  # None: the backend does not count
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, record: dict) -> "EpochRecord":
+        """A record read back (a checkpoint's history). One written by an earlier version may
+        lack keys added since: they read as None, as unmeasured values do."""
+        return cls(**{f.name: record.get(f.name) for f in fields(cls)})
+
+
 class Sink:
     """One watcher. Every method is optional; the Monitor calls them in order."""
 
@@ -57,7 +92,8 @@ class Sink:
         pass
 
     def epoch(self, record: dict, history: list[dict]) -> None:
-        pass
+        """`record` is the epoch's metrics.jsonl line, `history` every line so far: the
+        form the files hold, which some sinks also read back from a run's directory."""
 
     def note(self, message: str) -> None:
         pass
@@ -83,9 +119,10 @@ class Monitor:
         for sink in self.sinks:
             sink.step(sample)
 
-    def epoch(self, record: dict, history: list[dict]) -> None:
+    def epoch(self, record: EpochRecord, history: list[EpochRecord]) -> None:
+        line, lines = record.as_dict(), [r.as_dict() for r in history]
         for sink in self.sinks:
-            sink.epoch(record, history)
+            sink.epoch(line, lines)
 
     def note(self, message: str) -> None:
         for sink in self.sinks:

@@ -1,4 +1,4 @@
-"""Elastic training: the epoch loop under Horovod's elastic mode, for every backend.
+"""Elastic training: the shared epoch loop under Horovod's elastic mode, for every backend.
 
     horovodrun -np 2 --min-np 1 --max-np 4 --host-discovery-script ./hosts.sh \\
         --blacklist-cooldown-range 2 10 hvdcls train --backend torch training.elastic=true
@@ -9,6 +9,9 @@ every epoch end. When a worker dies, the survivors roll back to the last commit;
 come or go, every worker re-synchronises from rank 0. Either way the attempt below starts
 again with the new world: the rest of the epoch's permutation is dealt over it (see
 hvdcls.data.sharding.ElasticShards) and the learning rate is scaled for its size.
+
+The steps and the epoch's end are the plain run's (hvdcls.training.loop.Trainer.run_steps and
+end_epoch); what elastic adds around each step, `Commits`, is passed to that loop as its hook.
 """
 from __future__ import annotations
 
@@ -21,14 +24,13 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from hvdcls.backend import Backend, Context, add
+from hvdcls.backend import Backend, Context
 from hvdcls.config import Config
-from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.data.sharding import ElasticShards
 from hvdcls.data.sources import Data
-from hvdcls.observe.monitor import LossReads, Monitor, RunInfo
-from hvdcls.training import checkpoint, schedule
-from hvdcls.training.loop import EpochTimes, Reduced, Trainer, as_floats, grouped
+from hvdcls.observe.monitor import EpochRecord, Monitor
+from hvdcls.training import schedule
+from hvdcls.training.loop import EpochTimes, Reduced, StepHook, Tally, Trainer, as_floats
 from hvdcls.training.outputs import RunOutputs
 
 # Test hook, "RANK:STEP:MARKER": the worker of that rank SIGKILLs itself after global step
@@ -36,7 +38,7 @@ from hvdcls.training.outputs import RunOutputs
 KILL_HOOK_ENV = "HVDCLS_TEST_KILL"
 
 
-def initial_progress(start_epoch: int, history: list[dict]) -> dict:
+def initial_progress(start_epoch: int, history: list[EpochRecord]) -> dict:
     """What the elastic state carries besides model and optimizer (rank 0's wins on sync)."""
     return {"epoch": start_epoch, "consumed": 0, "global_step": 0, "epoch_steps": 0,
             "train_sums": [0.0, 0.0, 0.0], "train_seconds": 0.0, "lr": 0.0,
@@ -101,6 +103,40 @@ class Recoveries:
                 "steps_lost": max(0, self.steps_run - state.global_step)}
 
 
+class Commits(StepHook):
+    """Elastic's part of each step of an attempt's epoch (hvdcls.training.loop.Trainer.run_steps):
+    recovery accounting, the test kill hook, and every training.commit_every steps the steps
+    since the last commit folded into the state and committed."""
+
+    def __init__(self, state, backend: Backend, rank: int, per_step: int, commit_every: int,
+                 recoveries: Recoveries):
+        self.state, self.backend, self.rank, self.per_step = state, backend, rank, per_step
+        self.commit_every, self.recoveries = commit_every, recoveries
+
+    def before_step(self, step: int) -> None:
+        self.recoveries.step_started()
+
+    def after_step(self, tally: Tally) -> None:
+        self.recoveries.step_done()
+        kill_if_asked(self.rank, self.state.global_step + tally.steps)
+        if tally.steps == self.commit_every:
+            self.fold(tally)
+            self.state.commit()  # Horovod: a snapshot to roll back to; raises on host changes
+            tally.restart()
+
+    def fold(self, tally: Tally) -> None:
+        """The steps since the last commit, into the state (every rank alike: a collective)."""
+        state = self.state
+        name = f"elastic_sums.{state.global_step}"
+        reduced = self.backend.allreduce_sum(as_floats(tally.total), name)
+        state.train_sums = [a + b for a, b in zip(state.train_sums, reduced)]
+        state.consumed += tally.steps * self.per_step
+        state.global_step += tally.steps
+        state.epoch_steps += tally.steps
+        state.train_seconds += tally.seconds()
+        state.lr = tally.lr
+
+
 class ElasticTrainer:
     """One attempt per (re)start of the world; everything lasting lives in `state`."""
 
@@ -109,20 +145,16 @@ class ElasticTrainer:
         self.config, self.backend, self.data, self.run_dir = config, backend, data, run_dir
         self.monitor, self.make_outputs = monitor, make_outputs
         self.recoveries = Recoveries()
-        self.trainer: Optional[Trainer] = None
 
     def attempt(self, state, ctx: Context) -> Trainer:
         """Train from the state's point to the end, in the world as it is now."""
         self.recoveries.restarted(state, ctx)
         outputs = self.make_outputs(self.run_dir, ctx.is_main)
-        self.trainer = trainer = Trainer(self.config, self.backend, ctx, self.data, outputs, self.monitor)
-        outputs.start(state.history)
+        trainer = Trainer(self.config, self.backend, ctx, self.data, outputs, self.monitor)
         if self.recoveries.attempts > 1:
             outputs.say(f"elastic: {ctx.size} worker(s), resuming epoch {state.epoch + 1} after "
                         f"{state.consumed} of its samples (global step {state.global_step})")
-        self.monitor.start(RunInfo(ctx.backend, self.config.model.name, self.data.name, ctx.size,
-                                   self.config.training.epochs, trainer.shards.steps_per_epoch,
-                                   state.epoch))
+        trainer.begin(state.epoch, state.history)
         while state.epoch < self.config.training.epochs:
             times = self.train_rest_of_epoch(state, trainer)
             self.finish_epoch(state, trainer, times)
@@ -134,67 +166,37 @@ class ElasticTrainer:
                              self.config.horovod.backward_passes_per_step, training.seed)
 
     def train_rest_of_epoch(self, state, trainer: Trainer) -> EpochTimes:
-        ctx, epoch, training = trainer.ctx, state.epoch, self.config.training
+        """The epoch's steps from the state's point on, dealt over this world; the last ones
+        since a commit are folded into the state, left for the epoch's end to commit."""
+        ctx, epoch = trainer.ctx, state.epoch
         shards = self.shards(ctx)
-        self.backend.seed(attempt_seed(training.seed, epoch, ctx.rank, state.consumed))
-        batches = EpochBatches(self.data.train, shards.batches(epoch, state.consumed),
-                               trainer.preprocess, epoch, train=True)
-        loader = LoaderWait(self.backend.loader(batches, self.config.data.workers))
-        total, since_commit, started, times = None, 0, time.perf_counter(), EpochTimes()
-        loss_reads = LossReads(training.log_every)
-        first = state.consumed / shards.per_step  # this world's steps already done this epoch
+        self.backend.seed(attempt_seed(self.config.training.seed, epoch, ctx.rank, state.consumed))
+        batches = trainer.epoch_batches(epoch, shards.batches(epoch, state.consumed))
+        first = int(state.consumed / shards.per_step)  # this world's steps already done this epoch
         position = schedule_position(epoch, state.consumed, shards)
         lr_at = world_schedule(self.config, shards)
-        for micro in grouped(loader, trainer.passes):
-            self.recoveries.step_started()
-            lr = lr_at(position + since_commit)
-            step = int(first) + since_commit
-            sample = trainer.timed_step(epoch, step, micro, lr, loader.take(), loss_reads)
-            self.recoveries.step_done()
-            total, since_commit = add(total, sample.sums), since_commit + 1
-            times.add(sample.sample)
-            self.monitor.step(sample.sample)
-            kill_if_asked(ctx.rank, state.global_step + since_commit)
-            if since_commit == training.commit_every:
-                self.advance(state, total, since_commit, shards.per_step, started)
-                state.lr = lr
-                state.commit()  # Horovod: a snapshot to roll back to; raises on host changes
-                first, position = first + since_commit, position + since_commit
-                total, since_commit, started = None, 0, time.perf_counter()
-        if since_commit:
-            self.advance(state, total, since_commit, shards.per_step, started)
-            state.lr = lr
+        commits = Commits(state, self.backend, ctx.rank, shards.per_step,
+                          self.config.training.commit_every, self.recoveries)
+        times = EpochTimes()  # no bytes per step: an attempt sees only part of the epoch
+        tally = trainer.run_steps(epoch, batches, first, lambda i: lr_at(position + i), times,
+                                  commits)
+        if tally.steps:
+            commits.fold(tally)
         return times
 
-    def advance(self, state, total, steps: int, per_step: int, started: float) -> None:
-        """Fold the steps since the last commit into the state (every rank alike)."""
-        reduced = self.backend.allreduce_sum(as_floats(total), f"elastic_sums.{state.global_step}")
-        state.train_sums = [a + b for a, b in zip(state.train_sums, reduced)]
-        state.consumed += steps * per_step
-        state.global_step += steps
-        state.epoch_steps += steps
-        state.train_seconds += time.perf_counter() - started
-
     def finish_epoch(self, state, trainer: Trainer, times: EpochTimes) -> None:
-        epoch = state.epoch
-        self.backend.sync_buffers()  # Horovod: BN statistics are not gradients; average them
-        val = trainer.evaluate()
-        train = Reduced.from_sums(state.train_sums)
+        """Evaluate and record the epoch, then start the next one in the state and commit."""
         seconds = max(state.train_seconds, 1e-9)
-        record = trainer.record(epoch, train, val, state.lr, seconds, seconds, times)
-        record["steps"] = state.epoch_steps
+        record = trainer.end_epoch(state.epoch, Reduced.from_sums(state.train_sums), state.lr,
+                                   seconds, times, state.epoch_steps, started=None)
         state.history = state.history + [record]  # a new list: the saved snapshot keeps the old
-        trainer.outputs.add_epoch(record)
-        self.monitor.epoch(record, trainer.outputs.history)
-        if checkpoint.due(epoch + 1, self.config.training.epochs, self.config.output.checkpoint_every):
-            trainer.save(epoch + 1)
-        state.epoch, state.consumed, state.epoch_steps = epoch + 1, 0, 0
+        state.epoch, state.consumed, state.epoch_steps = state.epoch + 1, 0, 0
         state.train_sums, state.train_seconds = [0.0, 0.0, 0.0], 0.0
         state.commit()
 
 
 def run(config: Config, backend: Backend, data: Data, run_dir: Path, monitor: Monitor,
-        start_epoch: int, history: list[dict]) -> tuple[Trainer, Any, dict]:
+        start_epoch: int, history: list[EpochRecord]) -> tuple[Trainer, Any, dict]:
     """Train under Horovod's elastic retry; returns (the last attempt's trainer, the state,
     what the resets cost as this process saw them)."""
     elastic = ElasticTrainer(config, backend, data, run_dir, monitor)

@@ -1,14 +1,18 @@
-"""The epoch loop, written once for every backend.
+"""The epoch loop, written once for every backend and for plain and elastic runs alike.
 
 Per optimizer step the core picks the micro-batches, the learning rate and when to log; per
 epoch it reduces the metrics exactly over ranks, averages batch-norm statistics, evaluates on
 this rank's shard of the validation set and decides whether to checkpoint.
+
+`Trainer.run_steps` is the one step loop and `Trainer.end_epoch` the one epoch end; a plain
+run drives them from `Trainer.run`, an elastic one from hvdcls.training.elastic, which adds
+its commits and recovery accounting through a `StepHook`.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Iterable, Iterator, NamedTuple, Optional
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional
 
 import numpy as np
 
@@ -18,7 +22,7 @@ from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.data.sharding import TrainShards, eval_batches
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
-from hvdcls.observe.monitor import LossReads, Monitor, RunInfo, StepSample
+from hvdcls.observe.monitor import EpochRecord, LossReads, Monitor, RunInfo, StepSample
 from hvdcls.training import checkpoint, faults, schedule
 from hvdcls.training.outputs import RunOutputs
 from hvdcls.training.profiling import StepProfiler
@@ -81,6 +85,61 @@ class EpochTimes:
             self.bytes_per_step = (sent_after[0] - self.sent_before[0]) / (sent_after[1] - self.sent_before[1])
 
 
+@dataclass
+class Tally:
+    """The step loop's running account: since the loop began, or since a hook restarted it."""
+
+    total: Optional[Sums] = None  # framework scalars, reduced over ranks by whoever folds them
+    steps: int = 0
+    lr: float = 0.0  # the last step's learning rate
+    started: float = field(default_factory=time.perf_counter)
+
+    def add(self, sums: Sums, lr: float) -> None:
+        self.total, self.steps, self.lr = add(self.total, sums), self.steps + 1, lr
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started
+
+    def restart(self) -> None:
+        """Count afresh from now (elastic: after a commit, whose time is not training)."""
+        self.total, self.steps, self.started = None, 0, time.perf_counter()
+
+
+class StepHook:
+    """What a run adds around each step of the shared loop; the default adds nothing."""
+
+    def before_step(self, step: int) -> None:
+        """Called before step `step` (numbered within the epoch) runs."""
+
+    def after_step(self, tally: Tally) -> None:
+        """Called once the step is counted in `tally` (which the hook may fold and restart)."""
+
+
+class StallPoint(StepHook):
+    """Plain runs: the test hook that makes one rank stop submitting (hvdcls.training.faults)."""
+
+    def __init__(self, rank: int, first_epoch: bool):
+        self.rank, self.first_epoch = rank, first_epoch
+
+    def before_step(self, step: int) -> None:
+        faults.stall_point(self.rank, step, self.first_epoch)  # inert outside tests
+
+
+def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seconds: float,
+                 epoch_seconds: float, times: EpochTimes, world_size: int,
+                 steps: int) -> EpochRecord:
+    """One epoch's line of metrics.jsonl from its reduced metrics and rank 0's timings."""
+    allreduce_share = None if times.allreduce is None else times.allreduce / train_seconds
+    return EpochRecord(
+        epoch=epoch + 1, train_loss=train.loss, train_accuracy=train.accuracy, val_loss=val.loss,
+        val_accuracy=val.accuracy, lr=lr, images_per_sec=train.count / train_seconds,
+        train_images=train.count, val_images=val.count, train_seconds=train_seconds,
+        epoch_seconds=epoch_seconds, world_size=world_size, steps=steps,
+        data_wait_seconds=times.data_wait, data_wait_share=times.data_wait / train_seconds,
+        step_seconds=times.step, allreduce_wait_seconds=times.allreduce,
+        allreduce_share=allreduce_share, allreduce_bytes_per_step=times.bytes_per_step)
+
+
 def sent_bytes(backend: Backend) -> Optional[tuple]:
     """(gradient bytes all-reduced, steps) so far, where the backend counts them."""
     counted = backend.communication()
@@ -88,6 +147,11 @@ def sent_bytes(backend: Backend) -> Optional[tuple]:
 
 
 class Trainer:
+    """One world's training: built per run (plain) or per elastic attempt (hvdcls.training.elastic).
+
+    Public for the elastic driver: `begin`, `epoch_batches`, `run_steps`, `end_epoch`,
+    `evaluate`, `save`, and the attributes `ctx`, `outputs`, `shards`."""
+
     def __init__(self, config: Config, backend: Backend, ctx: Context, data: Data,
                  outputs: RunOutputs, monitor: Optional[Monitor] = None):
         self.config, self.backend, self.ctx, self.data, self.outputs = config, backend, ctx, data, outputs
@@ -105,27 +169,62 @@ class Trainer:
         self.profiler: Optional[StepProfiler] = None
         self.first_epoch = 0
 
+    def begin(self, start_epoch: int, history: list[EpochRecord]) -> None:
+        """The run (or attempt) starts after `start_epoch` epochs whose records are `history`."""
+        self.outputs.start(history)
+        self.monitor.start(RunInfo(self.ctx.backend, self.config.model.name, self.data.name,
+                                   self.ctx.size, self.config.training.epochs,
+                                   self.shards.steps_per_epoch, start_epoch))
+
+    def run(self, start_epoch: int, history: list[EpochRecord]) -> list[EpochRecord]:
+        """Epochs start_epoch+1 .. epochs; returns the records of every epoch of the run."""
+        self.begin(start_epoch, history)
+        self.profiler = self.make_profiler(start_epoch)
+        self.first_epoch = start_epoch
+        for epoch in range(start_epoch, self.config.training.epochs):
+            started = time.perf_counter()
+            train, train_seconds, lr, times = self.train_epoch(epoch)
+            self.end_epoch(epoch, train, lr, train_seconds, times, self.shards.steps_per_epoch,
+                           started)
+        return self.outputs.history
+
     def train_epoch(self, epoch: int) -> tuple[Reduced, float, float, EpochTimes]:
         """One pass over this rank's shard; returns (reduced metrics, seconds, last lr, times)."""
         self.backend.seed(epoch_seed(self.config.training.seed, epoch, self.ctx.rank))
-        batches = EpochBatches(self.data.train, self.shards.batches(epoch), self.preprocess,
-                               epoch, train=True)
+        batches = self.epoch_batches(epoch, self.shards.batches(epoch))
         steps = self.shards.steps_per_epoch
-        total, lr, times = None, 0.0, EpochTimes(sent_before=sent_bytes(self.backend))
-        loss_reads = LossReads(self.config.training.log_every)
-        started = time.perf_counter()
-        loader = LoaderWait(self.backend.loader(batches, self.config.data.workers))
-        for step, micro in enumerate(grouped(loader, self.passes)):
-            faults.stall_point(self.ctx.rank, step, epoch == self.first_epoch)  # inert outside tests
-            lr = self.lr_at(epoch * steps + step)
-            sample = self.timed_step(epoch, step, micro, lr, loader.take(), loss_reads)
-            total = add(total, sample.sums)
-            times.add(sample.sample)
-            self.monitor.step(sample.sample)
-        seconds = time.perf_counter() - started
+        times = EpochTimes(sent_before=sent_bytes(self.backend))
+        tally = self.run_steps(epoch, batches, 0, lambda i: self.lr_at(epoch * steps + i), times,
+                               StallPoint(self.ctx.rank, epoch == self.first_epoch))
+        seconds = tally.seconds()
         times.close(sent_bytes(self.backend))
-        reduced = self.backend.allreduce_sum(as_floats(total), f"train_metrics.{epoch}")
-        return Reduced.from_sums(reduced), seconds, lr, times
+        reduced = self.backend.allreduce_sum(as_floats(tally.total), f"train_metrics.{epoch}")
+        return Reduced.from_sums(reduced), seconds, tally.lr, times
+
+    def epoch_batches(self, epoch: int, indices: list) -> EpochBatches:
+        """This rank's training micro-batches `indices` of `epoch`, read and augmented."""
+        return EpochBatches(self.data.train, indices, self.preprocess, epoch, train=True)
+
+    def run_steps(self, epoch: int, batches: EpochBatches, first_step: int,
+                  lr_at: Callable[[int], float], times: EpochTimes,
+                  hook: Optional[StepHook] = None) -> Tally:
+        """The step loop: every optimizer step of `batches`, numbered from `first_step` within
+        the epoch, the i-th at learning rate lr_at(i); rank 0's timings go into `times` and
+        to the monitor. Returns the tally of the steps since it began or the hook restarted it."""
+        hook = hook or StepHook()
+        tally = Tally()
+        loss_reads = LossReads(self.config.training.log_every)
+        loader = LoaderWait(self.backend.loader(batches, self.config.data.workers))
+        for i, micro in enumerate(grouped(loader, self.passes)):
+            step = first_step + i
+            hook.before_step(step)
+            lr = lr_at(i)
+            timed = self.timed_step(epoch, step, micro, lr, loader.take(), loss_reads)
+            tally.add(timed.sums, lr)
+            times.add(timed.sample)
+            self.monitor.step(timed.sample)
+            hook.after_step(tally)
+        return tally
 
     def timed_step(self, epoch: int, step: int, micro: list, lr: float, data_wait: float,
                    loss_reads: LossReads) -> "TimedStep":
@@ -143,6 +242,23 @@ class Trainer:
                             self.backend.allreduce_wait_seconds(), lr, loss)
         return TimedStep(sums, sample)
 
+    def end_epoch(self, epoch: int, train: Reduced, lr: float, train_seconds: float,
+                  times: EpochTimes, steps: int, started: Optional[float]) -> EpochRecord:
+        """Evaluate, record and maybe checkpoint the epoch (every rank: collectives inside).
+        `started`: when the epoch began, for its wall time; None where it spans attempts
+        (elastic), and then only its training time is known and stands for it."""
+        self.backend.sync_buffers()  # Horovod: BN statistics are not gradients; average them
+        val = self.evaluate()
+        seconds = train_seconds if started is None else time.perf_counter() - started
+        record = epoch_record(epoch, train, val, lr, train_seconds, seconds, times,
+                              self.ctx.size, steps)
+        self.outputs.add_epoch(record)
+        self.monitor.epoch(record, self.outputs.history)
+        epochs = self.config.training.epochs
+        if checkpoint.due(epoch + 1, epochs, self.config.output.checkpoint_every):
+            self.save(epoch + 1)
+        return record
+
     def evaluate(self) -> Reduced:
         """Validation on this rank's shard, reduced exactly: sum(correct) / sum(count)."""
         val = self.data.val
@@ -153,27 +269,6 @@ class Trainer:
             total = add(total, self.backend.eval_step(batch))
         return Reduced.from_sums(self.backend.allreduce_sum(as_floats(total), "val_metrics"))
 
-    def run(self, start_epoch: int, history: list[dict]) -> list[dict]:
-        """Epochs start_epoch+1 .. epochs; returns the metrics of every epoch of the run."""
-        self.outputs.start(history)
-        epochs = self.config.training.epochs
-        self.monitor.start(RunInfo(self.ctx.backend, self.config.model.name, self.data.name,
-                                   self.ctx.size, epochs, self.shards.steps_per_epoch, start_epoch))
-        self.profiler = self.make_profiler(start_epoch)
-        self.first_epoch = start_epoch
-        for epoch in range(start_epoch, epochs):
-            started = time.perf_counter()
-            train, train_seconds, lr, times = self.train_epoch(epoch)
-            self.backend.sync_buffers()  # Horovod: BN statistics are not gradients; average them
-            val = self.evaluate()
-            record = self.record(epoch, train, val, lr, train_seconds, time.perf_counter() - started,
-                                 times)
-            self.outputs.add_epoch(record)
-            self.monitor.epoch(record, self.outputs.history)
-            if checkpoint.due(epoch + 1, epochs, self.config.output.checkpoint_every):
-                self.save(epoch + 1)
-        return self.outputs.history
-
     def make_profiler(self, start_epoch: int) -> Optional[StepProfiler]:
         """Rank 0 profiles training.profile_steps steps of this run's first epoch."""
         wanted = self.config.training.profile_steps
@@ -181,18 +276,6 @@ class Trainer:
             return None
         return StepProfiler(self.backend.profiler, self.outputs.run_dir, start_epoch,
                             self.shards.steps_per_epoch, wanted, self.monitor.note)
-
-    def record(self, epoch: int, train: Reduced, val: Reduced, lr: float,
-               train_seconds: float, seconds: float, times: EpochTimes) -> dict:
-        return {"epoch": epoch + 1, "train_loss": train.loss, "train_accuracy": train.accuracy,
-                "val_loss": val.loss, "val_accuracy": val.accuracy, "lr": lr,
-                "images_per_sec": train.count / train_seconds, "train_images": train.count,
-                "val_images": val.count, "train_seconds": train_seconds, "epoch_seconds": seconds,
-                "world_size": self.ctx.size, "steps": self.shards.steps_per_epoch,
-                "data_wait_seconds": times.data_wait, "data_wait_share": times.data_wait / train_seconds,
-                "step_seconds": times.step, "allreduce_wait_seconds": times.allreduce,
-                "allreduce_share": None if times.allreduce is None else times.allreduce / train_seconds,
-                "allreduce_bytes_per_step": times.bytes_per_step}
 
     def save(self, epochs_done: int) -> None:
         self.backend.prepare_checkpoint()  # every rank: it may be a collective
@@ -202,7 +285,8 @@ class Trainer:
         state = {"backend": self.ctx.backend, "epoch": epochs_done,
                  "global_step": epochs_done * self.shards.steps_per_epoch,
                  "world_size": self.ctx.size, "seed": self.config.training.seed,
-                 "best_val_accuracy": max(r["val_accuracy"] for r in history), "history": history}
+                 "best_val_accuracy": max(r.val_accuracy for r in history),
+                 "history": [r.as_dict() for r in history]}
         path = checkpoint.save(self.outputs.checkpoints_dir, epochs_done, state, self.backend.save,
                                self.config.output.keep_checkpoints)
         self.monitor.note(f"checkpoint {path}")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from hvdcls.fileio import write_atomic, write_json_atomic
+from hvdcls.observe.monitor import EpochRecord
 
 METRICS_FILE, SUMMARY_FILE, CONFIG_FILE = "metrics.jsonl", "summary.json", "config.yaml"
 EVAL_FILE = "eval.json"  # written by --eval-only
@@ -33,7 +34,7 @@ class RunOutputs:
     def __init__(self, run_dir: Path, enabled: bool):
         self.run_dir = Path(run_dir)
         self.enabled = enabled
-        self.history: list[dict] = []
+        self.history: list[EpochRecord] = []
 
     @property
     def checkpoints_dir(self) -> Path:
@@ -47,18 +48,18 @@ class RunOutputs:
         if self.enabled:
             write_atomic(self.run_dir / CONFIG_FILE, yaml_text.encode())
 
-    def start(self, history: list[dict]) -> None:
+    def start(self, history: list[EpochRecord]) -> None:
         """Metrics of epochs already done (a resumed run), rewritten as the file's start."""
         self.history = list(history)
         self._write_metrics()
 
-    def add_epoch(self, record: dict) -> None:
+    def add_epoch(self, record: EpochRecord) -> None:
         self.history.append(record)
         self._write_metrics()
 
     def _write_metrics(self) -> None:
         if self.enabled:
-            lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.history)
+            lines = "".join(json.dumps(r.as_dict(), sort_keys=True) + "\n" for r in self.history)
             write_atomic(self.run_dir / METRICS_FILE, lines.encode())
 
     def write_summary(self, summary: dict) -> None:

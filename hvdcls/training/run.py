@@ -11,19 +11,22 @@ error ends every rank at once with one line instead of leaving ranks waiting on 
 """
 from __future__ import annotations
 
+import abc
 import platform
 import socket
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 from hvdcls import __version__, config as cfg, horovod_env, registry
 from hvdcls.backend import Backend, Context, weights_digest
 from hvdcls.data import bad_files, datasets
+from hvdcls.data.sources import Data
 from hvdcls.errors import JobStopped, UserError
-from hvdcls.observe.monitor import Monitor, Sink
+from hvdcls.observe.monitor import EpochRecord, Monitor, Sink
 from hvdcls.training import checkpoint, elastic
 from hvdcls.training.loop import Trainer
 from hvdcls.training.outputs import EVAL_FILE, RunOutputs, default_run_dir
@@ -60,6 +63,29 @@ def choose_run_dir(config: cfg.Config, backend: str, resumed: Optional[checkpoin
     return checkpoint.run_dir_of(resumed.directory if resumed else None) or default_run_dir(backend)
 
 
+@dataclass(frozen=True)
+class Job:
+    """What a run is given before its world starts: the same on every rank."""
+
+    config: cfg.Config
+    backend_name: str
+    backend: Backend
+    data: Data
+    num_classes: int
+    horovod_settings: dict  # what Horovod read in hvd.init(), for the summary
+    started: float
+
+
+@dataclass(frozen=True)
+class Ended:
+    """Where training left a run: the world it ended in and every epoch's record."""
+
+    ctx: Context
+    outputs: RunOutputs
+    history: list[EpochRecord]
+    extra: dict  # summary sections only this kind of run has
+
+
 def train(config: cfg.Config, backend_name: str) -> dict:
     """Train as configured; returns the summary (rank 0 also writes it)."""
     started = time.time()
@@ -67,35 +93,146 @@ def train(config: cfg.Config, backend_name: str) -> dict:
     num_classes = datasets.check_num_classes(config, data)
     horovod_settings = horovod_env.apply(config.horovod)  # Horovod reads them in hvd.init()
     backend = registry.create_backend(backend_name)
+    job = Job(config, backend_name, backend, data, num_classes, horovod_settings, started)
     ctx = backend.init(config)
     check_controller(config, ctx)
-    if config.training.elastic:
-        return train_elastic(config, backend_name, backend, ctx, data, num_classes,
-                             horovod_settings, started)
-    resumed = on_main_then_share(backend, ctx, lambda: read_resume(config, backend_name), "resume")
+    kind: RunKind = ElasticRun() if config.training.elastic else PlainRun()
+    resumed = kind.read_resume(job, ctx)
     outputs = RunOutputs(choose_run_dir(config, backend_name, resumed), enabled=ctx.is_main)
-    outputs.say(f"hvdcls {__version__}: {backend_name} backend, {ctx.size} process(es) "
-                f"({ctx.controller}), {data.name}: {len(data.train)} train / {len(data.val)} val "
-                f"images, {num_classes} classes -> {outputs.run_dir}")
+    outputs.say(banner(job, ctx, kind.label, outputs.run_dir))
     backend.seed(config.training.seed)  # the same initial weights for the same seed, run after run
     model_info = backend.build(config, num_classes)
-    start_epoch, history = restore(backend, ctx, resumed, outputs)
-    if config.training.eval_only:
+    start_epoch, history = kind.restore(job, ctx, resumed, outputs)
+    if config.training.eval_only:  # plain runs only: the config refuses it with elastic
         return evaluate_only(Trainer(config, backend, ctx, data, outputs), backend, ctx, resumed, outputs)
-    sinks = on_main_then_share(backend, ctx, lambda: make_sinks(config, backend_name, outputs),
-                               "monitor", share_result=False)  # a busy metrics port stops every rank
-    with Monitor(sinks or []) as monitor:
+    with Monitor(kind.make_sinks(job, ctx, outputs)) as monitor:
         outputs.write_config(cfg.to_yaml(config))
-        with bad_file_failures(data), horovod_shutdown(config, ctx):
-            history = Trainer(config, backend, ctx, data, outputs, monitor).run(start_epoch, history)
-        summary = make_summary(config, ctx, data, model_info, horovod_settings, history, started,
-                               resumed)
-        summary["bad_files"] = bad_files.summarise(
-            config.data.bad_files, backend.allgather_object(data.bad_files.skipped(), "bad_files"))
-        summary["communication"] = backend.communication()
-        publish(with_rank_facts(summary, backend), outputs, monitor,
-                f"(best {summary['best_val_accuracy']:.4f}), {summary['images_per_sec']:.1f} img/s")
+        with bad_file_failures(data):
+            ended = kind.train(job, ctx, outputs, monitor, start_epoch, history)
+        summary = closing_summary(job, ended, model_info, resumed)
+        publish(summary, ended.outputs, monitor, kind.details(summary))
     return summary
+
+
+def banner(job: Job, ctx: Context, label: str, run_dir: Path) -> str:
+    data = job.data
+    return (f"hvdcls {__version__}: {job.backend_name} backend, {label}{ctx.size} process(es) "
+            f"({ctx.controller}), {data.name}: {len(data.train)} train / {len(data.val)} val "
+            f"images, {job.num_classes} classes -> {run_dir}")
+
+
+def closing_summary(job: Job, ended: Ended, model_info: dict,
+                    resumed: Optional[checkpoint.Resumed]) -> dict:
+    """summary.json's content (collectives: every rank of the final world calls this)."""
+    backend, data = job.backend, job.data
+    summary = make_summary(job.config, ended.ctx, data, model_info, job.horovod_settings,
+                           ended.history, job.started, resumed)
+    summary.update(ended.extra)
+    summary["bad_files"] = bad_files.summarise(
+        job.config.data.bad_files, backend.allgather_object(data.bad_files.skipped(), "bad_files"))
+    summary["communication"] = backend.communication()
+    return with_rank_facts(summary, backend)
+
+
+class RunKind(abc.ABC):
+    """Where a plain run and an elastic one differ; train() above is what they share."""
+
+    label = ""  # in the banner, before the process count
+
+    @abc.abstractmethod
+    def read_resume(self, job: Job, ctx: Context) -> Optional[checkpoint.Resumed]:
+        """--resume's checkpoint, read as this kind of run may (None without --resume)."""
+
+    @abc.abstractmethod
+    def restore(self, job: Job, ctx: Context, resumed: Optional[checkpoint.Resumed],
+                outputs: RunOutputs) -> tuple[int, list[EpochRecord]]:
+        """(epochs done, their records): from the checkpoint, or (0, []) for a new run."""
+
+    @abc.abstractmethod
+    def make_sinks(self, job: Job, ctx: Context, outputs: RunOutputs) -> list[Sink]:
+        """Rank 0's watchers (hvdcls.training.run.make_sinks); none on other ranks."""
+
+    @abc.abstractmethod
+    def train(self, job: Job, ctx: Context, outputs: RunOutputs, monitor: Monitor,
+              start_epoch: int, history: list[EpochRecord]) -> Ended:
+        """Every remaining epoch, from `start_epoch` on."""
+
+    @abc.abstractmethod
+    def details(self, summary: dict) -> str:
+        """The closing line's words about this run."""
+
+
+class PlainRun(RunKind):
+    """A fixed world: rank 0 reads what all need and shares it; a failure ends the job."""
+
+    def read_resume(self, job: Job, ctx: Context) -> Optional[checkpoint.Resumed]:
+        return on_main_then_share(job.backend, ctx,
+                                  lambda: read_resume(job.config, job.backend_name), "resume")
+
+    def restore(self, job: Job, ctx: Context, resumed: Optional[checkpoint.Resumed],
+                outputs: RunOutputs) -> tuple[int, list[EpochRecord]]:
+        if resumed is None:
+            return 0, []
+        backend = job.backend
+        # A checkpoint rank 0 cannot read stops every rank, not just rank 0.
+        on_main_then_share(backend, ctx, lambda: backend.load(resumed.directory), "load")
+        backend.broadcast_state()  # Horovod: every rank continues from rank 0's checkpoint
+        outputs.say(f"resumed from {resumed.directory} after epoch {resumed.state['epoch']}")
+        return resumed_progress(resumed)
+
+    def make_sinks(self, job: Job, ctx: Context, outputs: RunOutputs) -> list[Sink]:
+        # A busy metrics port on rank 0 stops every rank.
+        sinks = on_main_then_share(job.backend, ctx,
+                                   lambda: make_sinks(job.config, job.backend_name, outputs),
+                                   "monitor", share_result=False)
+        return sinks or []
+
+    def train(self, job: Job, ctx: Context, outputs: RunOutputs, monitor: Monitor,
+              start_epoch: int, history: list[EpochRecord]) -> Ended:
+        with horovod_shutdown(job.config, ctx):
+            trainer = Trainer(job.config, job.backend, ctx, job.data, outputs, monitor)
+            history = trainer.run(start_epoch, history)
+        return Ended(ctx, outputs, history, {})
+
+    def details(self, summary: dict) -> str:
+        return f"(best {summary['best_val_accuracy']:.4f}), {summary['images_per_sec']:.1f} img/s"
+
+
+class ElasticRun(RunKind):
+    """Horovod's elastic mode (hvdcls.training.elastic). Until the elastic loop syncs, no rank
+    may run a collective: a worker added later starts here while the others are inside the
+    loop, so every rank reads --resume itself and rank 0 makes its watchers alone."""
+
+    label = "elastic, "
+
+    def read_resume(self, job: Job, ctx: Context) -> Optional[checkpoint.Resumed]:
+        return read_resume(job.config, job.backend_name)
+
+    def restore(self, job: Job, ctx: Context, resumed: Optional[checkpoint.Resumed],
+                outputs: RunOutputs) -> tuple[int, list[EpochRecord]]:
+        if resumed is None:
+            return 0, []
+        job.backend.load(resumed.directory)  # every rank: the elastic sync needs no broadcast here
+        return resumed_progress(resumed)
+
+    def make_sinks(self, job: Job, ctx: Context, outputs: RunOutputs) -> list[Sink]:
+        return make_sinks(job.config, job.backend_name, outputs) if ctx.is_main else []
+
+    def train(self, job: Job, ctx: Context, outputs: RunOutputs, monitor: Monitor,
+              start_epoch: int, history: list[EpochRecord]) -> Ended:
+        # A Horovod shutdown here is elastic's to recover from, not a stall to report.
+        trainer, state, recoveries = elastic.run(job.config, job.backend, job.data,
+                                                 outputs.run_dir, monitor, start_epoch, history)
+        return Ended(trainer.ctx, trainer.outputs, state.history, {"elastic": recoveries})
+
+    def details(self, summary: dict) -> str:
+        recoveries = summary["elastic"]
+        return f"({recoveries['resets']} reset(s), {recoveries['steps_lost']} step(s) lost)"
+
+
+def resumed_progress(resumed: checkpoint.Resumed) -> tuple[int, list[EpochRecord]]:
+    """(epochs done, their records) as the checkpoint's state.json holds them."""
+    return resumed.state["epoch"], [EpochRecord.from_dict(r) for r in resumed.state["history"]]
 
 
 @contextmanager
@@ -130,39 +267,6 @@ def horovod_shutdown(config: cfg.Config, ctx: Context):
             "a rank stopped submitting tensors for longer than horovod.stall_shutdown_seconds="
             f"{config.horovod.stall_shutdown_seconds} (Horovod's report above names it: "
             "'Missing ranks: N!'), or a rank failed") from None
-
-
-def train_elastic(config: cfg.Config, backend_name: str, backend: Backend, ctx: Context,
-                  data: Data, num_classes: int, horovod_settings: dict,
-                  started: float) -> dict:
-    """train() under Horovod's elastic mode (hvdcls.training.elastic). Until the elastic loop syncs,
-    no rank may run a collective: a worker added later starts here while the others are
-    inside the loop, so every rank reads --resume itself and rank 0 makes its watchers alone."""
-    resumed = read_resume(config, backend_name)
-    run_dir = choose_run_dir(config, backend_name, resumed)
-    outputs = RunOutputs(run_dir, enabled=ctx.is_main)
-    outputs.say(f"hvdcls {__version__}: {backend_name} backend, elastic, {ctx.size} process(es) "
-                f"({ctx.controller}), {data.name}: {len(data.train)} train / {len(data.val)} val "
-                f"images, {num_classes} classes -> {run_dir}")
-    backend.seed(config.training.seed)
-    model_info = backend.build(config, num_classes)
-    start_epoch, history = 0, []
-    if resumed is not None:
-        backend.load(resumed.directory)  # every rank: the elastic sync needs no broadcast here
-        start_epoch, history = resumed.state["epoch"], resumed.state["history"]
-    sinks = make_sinks(config, backend_name, outputs) if ctx.is_main else []
-    with Monitor(sinks) as monitor:
-        outputs.write_config(cfg.to_yaml(config))
-        trainer, state, recoveries = elastic.run(config, backend, data, run_dir, monitor,
-                                                 start_epoch, history)
-        ctx, outputs = trainer.ctx, trainer.outputs  # the world the run ended in
-        summary = make_summary(config, ctx, data, model_info, horovod_settings, state.history,
-                               started, resumed)
-        summary["elastic"] = recoveries
-        summary["communication"] = backend.communication()
-        publish(with_rank_facts(summary, backend), outputs, monitor,
-                f"({recoveries['resets']} reset(s), {recoveries['steps_lost']} step(s) lost)")
-    return summary
 
 
 def publish(summary: dict, outputs: RunOutputs, monitor: Monitor, details: str) -> None:
@@ -206,18 +310,6 @@ def check_controller(config: cfg.Config, ctx: Context) -> None:
                         "Horovod has no Adasum over Gloo on CPUs")
 
 
-def restore(backend: Backend, ctx: Context, resumed: Optional[checkpoint.Resumed],
-            outputs: RunOutputs) -> tuple[int, list[dict]]:
-    """(epochs done, their metrics): from the checkpoint, or (0, []) for a new run."""
-    if resumed is None:
-        return 0, []
-    # A checkpoint rank 0 cannot read stops every rank, not just rank 0.
-    on_main_then_share(backend, ctx, lambda: backend.load(resumed.directory), "load")
-    backend.broadcast_state()  # Horovod: every rank continues from rank 0's checkpoint
-    outputs.say(f"resumed from {resumed.directory} after epoch {resumed.state['epoch']}")
-    return resumed.state["epoch"], resumed.state["history"]
-
-
 def with_rank_facts(summary: dict, backend: Backend) -> dict:
     """`summary` plus every rank's model digest and host (collectives: every rank calls this)."""
     summary["rank_weight_digests"] = rank_weight_digests(backend)
@@ -243,18 +335,18 @@ def evaluate_only(trainer: Trainer, backend: Backend, ctx: Context,
 
 
 def make_summary(config: cfg.Config, ctx: Context, data: Data, model_info: dict,
-                 horovod_settings: dict, history: list[dict], started: float,
+                 horovod_settings: dict, history: list[EpochRecord], started: float,
                  resumed: Optional[checkpoint.Resumed]) -> dict:
-    this_run = [r for r in history if r["epoch"] > (resumed.state["epoch"] if resumed else 0)]
-    images = sum(r["train_images"] for r in this_run)
-    seconds = sum(r["train_seconds"] for r in this_run)
+    this_run = [r for r in history if r.epoch > (resumed.state["epoch"] if resumed else 0)]
+    images = sum(r.train_images for r in this_run)
+    seconds = sum(r.train_seconds for r in this_run)
     return {
         "backend": ctx.backend, "world_size": ctx.size, "controller": ctx.controller,
         "model": config.model.name, "dataset": data.name, "data": data.description,
         "num_classes": data.num_classes, "epochs": config.training.epochs,
-        "val_accuracy": history[-1]["val_accuracy"] if history else None,
-        "best_val_accuracy": max((r["val_accuracy"] for r in history), default=None),
-        "val_loss": history[-1]["val_loss"] if history else None,
+        "val_accuracy": history[-1].val_accuracy if history else None,
+        "best_val_accuracy": max((r.val_accuracy for r in history), default=None),
+        "val_loss": history[-1].val_loss if history else None,
         "images_per_sec": images / seconds if seconds else None,
         "wall_seconds": time.time() - started,
         "resumed_from": str(resumed.directory) if resumed else None,

@@ -68,3 +68,41 @@ def test_learning_rate_follows_the_world_size_at_the_same_point_of_the_run():
     lr_two = elastic.world_schedule(config, two)(at_two)
     lr_one = elastic.world_schedule(config, one)(at_one)
     assert lr_one == pytest.approx(lr_two / 2) and lr_one > 0
+
+
+class FakeState:
+    """The progress fields of the elastic state, and how often it was committed."""
+
+    def __init__(self):
+        self.__dict__.update(elastic.initial_progress(0, []))
+        self.commits = 0
+
+    def commit(self):
+        self.commits += 1
+
+
+class SummingBackend:
+    """One rank: the sum over ranks is the values themselves."""
+
+    def allreduce_sum(self, values, name):
+        return list(values)
+
+
+def test_commits_fold_every_commit_every_steps_and_leave_the_tail_to_fold(monkeypatch):
+    from hvdcls.backend import Sums
+    from hvdcls.training.loop import Tally
+
+    monkeypatch.delenv(elastic.KILL_HOOK_ENV, raising=False)
+    state, recoveries = FakeState(), elastic.Recoveries()
+    commits = elastic.Commits(state, SummingBackend(), rank=0, per_step=64, commit_every=2,
+                              recoveries=recoveries)
+    tally = Tally()
+    for step in range(5):  # what Trainer.run_steps does around each step
+        commits.before_step(step)
+        tally.add(Sums(0.5, 1.0, 2.0), lr=0.1 * step)
+        commits.after_step(tally)
+    assert (state.commits, state.global_step, tally.steps) == (2, 4, 1)
+    commits.fold(tally)  # the epoch's last step, committed by the epoch's end
+    assert (state.global_step, state.epoch_steps, state.consumed) == (5, 5, 5 * 64)
+    assert state.train_sums == [2.5, 5.0, 10.0] and state.lr == pytest.approx(0.4)
+    assert state.commits == 2 and recoveries.steps_run == 5

@@ -1,7 +1,16 @@
-"""hvdcls.training.loop's pure helpers: micro-batch grouping, per-rank seeds, exact metric reduction."""
+"""hvdcls.training.loop's helpers: micro-batch grouping, per-rank seeds, exact metric
+reduction, the epoch record, and the one step loop over a counting backend."""
+import json
+from types import SimpleNamespace
+
 import pytest
 
-from hvdcls.training.loop import EpochTimes, Reduced, epoch_seed, grouped
+from hvdcls import config as cfg
+from hvdcls.backend import Context, Sums
+from hvdcls.observe.monitor import EpochRecord, Monitor, Sink
+from hvdcls.training.loop import (EpochTimes, Reduced, StepHook, Trainer, epoch_record,
+                                  epoch_seed, grouped)
+from hvdcls.training.outputs import RunOutputs
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 6])
@@ -74,3 +83,74 @@ def test_epoch_bytes_per_step_from_the_backends_counter():
     uncounted = EpochTimes(sent_before=None)
     uncounted.close(None)
     assert uncounted.bytes_per_step is None
+
+
+# The keys of a metrics.jsonl line, as readers (report, progress, Prometheus, tests) know them.
+RECORD_KEYS = {"epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "lr",
+               "images_per_sec", "train_images", "val_images", "train_seconds", "epoch_seconds",
+               "world_size", "steps", "data_wait_seconds", "data_wait_share", "step_seconds",
+               "allreduce_wait_seconds", "allreduce_share", "allreduce_bytes_per_step"}
+
+
+def test_epoch_record_is_the_metrics_line():
+    times = EpochTimes(data_wait=0.5, step=1.5, allreduce=None, bytes_per_step=None)
+    record = epoch_record(2, Reduced(0.5, 0.75, 100), Reduced(0.25, 0.5, 40), 0.1, 2.0, 3.0,
+                          times, world_size=2, steps=10)
+    line = record.as_dict()
+    assert set(line) == RECORD_KEYS
+    assert (line["epoch"], line["images_per_sec"], line["data_wait_share"]) == (3, 50.0, 0.25)
+    assert line["allreduce_share"] is None and line["steps"] == 10
+    assert EpochRecord.from_dict(json.loads(json.dumps(line))) == record
+
+
+def test_epoch_record_read_back_from_an_older_file_lacks_later_keys():
+    older = {key: 1 for key in RECORD_KEYS - {"allreduce_bytes_per_step"}}
+    assert EpochRecord.from_dict(older).allreduce_bytes_per_step is None
+
+
+class CountingBackend:
+    """Just what the step loop calls: a loader over a list, a step that counts its batches."""
+
+    def loader(self, batches, workers):
+        return iter(batches)
+
+    def train_step(self, micro, lr):
+        return Sums(1.0, 1.0, float(len(micro)))
+
+    def allreduce_wait_seconds(self):
+        return None
+
+
+class Recorder(StepHook):
+    def __init__(self):
+        self.before, self.after = [], []
+
+    def before_step(self, step):
+        self.before.append(step)
+
+    def after_step(self, tally):
+        self.after.append(tally.steps)
+
+
+class Samples(Sink):
+    def __init__(self):
+        self.samples = []
+
+    def step(self, sample):
+        self.samples.append(sample)
+
+
+def test_step_loop_groups_times_tallies_and_calls_the_hook():
+    config = cfg.load(overrides=["training.batch_size=2", "horovod.backward_passes_per_step=2"])
+    ctx = Context("torch", 0, 1, 0, 1, "gloo", "cpu", 1)
+    data = SimpleNamespace(train=[0] * 8, val=[], name="fake")
+    sink = Samples()
+    trainer = Trainer(config, CountingBackend(), ctx, data, RunOutputs("unused", enabled=False),
+                      Monitor([sink]))
+    hook, times = Recorder(), EpochTimes()
+    tally = trainer.run_steps(0, list(range(6)), 5, lambda i: 0.1 * (i + 1), times, hook)
+    assert (hook.before, hook.after) == ([5, 6, 7], [1, 2, 3])  # 6 micro-batches, 2 a step
+    assert tally.steps == 3 and tally.total == Sums(3.0, 3.0, 6.0)
+    assert tally.lr == pytest.approx(0.3)
+    assert [(s.step, s.images) for s in sink.samples] == [(5, 4), (6, 4), (7, 4)]
+    assert times.step == pytest.approx(sum(s.seconds for s in sink.samples))
