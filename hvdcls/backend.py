@@ -3,7 +3,9 @@
 The core owns the epoch loop, the learning-rate schedule, sharding, metrics, checkpoint
 cadence and outputs; a backend owns tensors: the model, the optimizer, Horovod's binding and
 the data loader. `torch_backend/backend.py` and `tf_backend/backend.py` implement it, and
-`hvdcls.registry.create_backend(name)` picks one by name.
+`hvdcls.registry.create_backend(name)` picks one by name. Both build on
+`hvdcls.horovod_backend.HorovodBackend`, which implements once what needs only Horovod
+(init, the context, the object and metric collectives, elastic_run, communication).
 
 Step results are framework scalars (tensors): the core adds them with `+` and converts with
 `float()` only when it logs, so a step never waits on the device just to be counted.
@@ -56,6 +58,8 @@ def add(total: Optional[Sums], step: Sums) -> Sums:
 
 
 class Backend(abc.ABC):
+    """Everything the core calls on a backend; the methods with a body are optional."""
+
     name: str
 
     @abc.abstractmethod
@@ -132,11 +136,11 @@ class Backend(abc.ABC):
         hosts change, Horovod is re-initialised, `state` restored and synced, and `attempt`
         called again with the new world's Context. Returns the last attempt's result."""
 
-    @abc.abstractmethod
     def allreduce_wait_seconds(self) -> Optional[float]:
         """Seconds the last train_step blocked waiting for its gradient all-reduce once the
         backward pass was done (Horovod overlaps the rest with backward), measured on the
         host; None where the backend cannot time it apart from the rest of the step."""
+        return None
 
     def prepare_checkpoint(self) -> None:
         """Called on every rank before rank 0 saves: make rank 0's state stand for all ranks

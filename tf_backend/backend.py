@@ -1,6 +1,11 @@
 """The TensorFlow backend: horovod.tensorflow's DistributedGradientTape around a Keras 3 model.
 
 Mirror: torch_backend/backend.py. Lines that exist only for distribution say `# Horovod:`.
+What needs only Horovod (init, context, object and metric collectives, elastic_run) is
+hvdcls.horovod_backend.HorovodBackend's, given horovod.tensorflow here. allreduce_wait_seconds
+stays the contract's None: the all-reduce runs inside the compiled step
+(DistributedGradientTape in a tf.function), interleaved with the backward pass, and timing
+it apart would mean a different step; Horovod's timeline measures it (`hvdcls timeline PATH`).
 
 Keras 3 note: Horovod's helpers expect `tf.Variable`s but Keras 3 hands out its own
 variables (`broadcast_variables` fails with "'SymbolicTensor' object has no attribute
@@ -15,9 +20,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import zipfile  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
-from importlib import metadata  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import ContextManager  # noqa: E402
 
 import horovod.tensorflow as hvd  # noqa: E402
 import keras  # noqa: E402
@@ -25,10 +29,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from hvdcls import powersgd  # noqa: E402
-from hvdcls.backend import Backend, Context, Sums, add, threads_per_process  # noqa: E402
+from hvdcls.backend import Sums, add  # noqa: E402
 from hvdcls.config import Config  # noqa: E402
 from hvdcls.data.batches import EpochBatches  # noqa: E402
 from hvdcls.errors import UserError  # noqa: E402
+from hvdcls.horovod_backend import HorovodBackend  # noqa: E402
 from tf_backend import data, elastic, models, sync_bn  # noqa: E402
 from tf_backend.compression import PowerSGDReducer  # noqa: E402
 
@@ -74,24 +79,16 @@ def pick_device(config: Config, local_rank: int) -> str:
     return "cpu"
 
 
-class TensorFlowBackend(Backend):
+class TensorFlowBackend(HorovodBackend):
     name = "tensorflow"
 
-    def init(self, config: Config) -> Context:
-        hvd.init()  # Horovod: start the background thread and learn rank and size
-        self.threads = threads_per_process(config, hvd.local_size())
-        tf.config.threading.set_intra_op_parallelism_threads(self.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(min(self.threads, 2))
-        self.device = pick_device(config, hvd.local_rank())
-        return self.context()
+    def __init__(self):
+        super().__init__(hvd, {"tensorflow": tf.__version__, "keras": keras.__version__})
 
-    def context(self) -> Context:
-        """Who this process is now (rank and size change after an elastic reset)."""
-        controller = "mpi" if hvd.mpi_enabled() else "gloo"
-        return Context("tensorflow", hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(),
-                       controller, self.device, self.threads,
-                       {"tensorflow": tf.__version__, "keras": keras.__version__,
-                        "horovod": metadata.version("horovod")})
+    def setup(self, config: Config, local_rank: int, threads: int) -> str:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(min(threads, 2))
+        return pick_device(config, local_rank)
 
     def build(self, config: Config, num_classes: int) -> dict:
         hv, training = config.horovod, config.training
@@ -230,14 +227,8 @@ class TensorFlowBackend(Backend):
     def eval_step(self, batch) -> Sums:
         return self._eval(*batch)
 
-    def allreduce_sum(self, values: list[float], name: str) -> list[float]:
-        return hvd.allreduce(tf.constant(values, tf.float64), op=hvd.Sum, name=name).numpy().tolist()
-
-    def broadcast_object(self, obj: Any, name: str) -> Any:
-        return hvd.broadcast_object(obj, root_rank=0, name=name)
-
-    def allgather_object(self, obj: Any, name: str) -> list:
-        return hvd.allgather_object(obj, name=name)
+    def float64_tensor(self, values: list[float]) -> tf.Tensor:
+        return tf.constant(values, tf.float64)
 
     def seed(self, seed: int) -> None:
         keras.utils.set_random_seed(seed)  # Keras 3 initialisers draw from Python's `random`
@@ -286,9 +277,6 @@ class TensorFlowBackend(Backend):
         if self.reducer is not None:
             self.reducer.average_errors()  # Horovod: one error for all ranks, training unchanged
 
-    def communication(self) -> dict:
-        return self.counter.summary()
-
     def weights(self) -> dict[str, np.ndarray]:
         return {v.path: np.asarray(v.numpy(), np.float32) for v in self.model.variables}
 
@@ -296,14 +284,8 @@ class TensorFlowBackend(Backend):
         variables = tf_variables(self.model.variables) + tf_variables(self.optimizer.variables)
         return elastic.make_state(variables, progress)
 
-    def elastic_run(self, state, attempt):
-        return elastic.run(state, lambda current: attempt(current, self.context()))
-
-    def allreduce_wait_seconds(self) -> float | None:
-        # The all-reduce runs inside the compiled step (DistributedGradientTape in a
-        # tf.function), interleaved with the backward pass: timing it apart would mean a
-        # different step. Horovod's timeline measures it: `hvdcls timeline PATH`.
-        return None
+    def collective_failures(self) -> ContextManager[None]:
+        return elastic.collective_failures()  # Horovod: failed collectives come as OpErrors
 
     @contextmanager
     def profiler(self, directory: Path):

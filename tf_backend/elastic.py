@@ -1,18 +1,20 @@
-"""Horovod elastic state and retry for the TensorFlow backend, on horovod.common.elastic.
+"""Horovod elastic state for the TensorFlow backend (the retry loop is HorovodBackend.elastic_run).
 
 Mirror: torch_backend/elastic.py. Horovod's Keras state helpers are written for Keras 2
 (they broadcast Keras variables, which Keras 3 cannot assign through, see backend.py), so the
 state here is an ObjectState that also snapshots the underlying tf.Variables of model and
-optimizer. horovod.tensorflow.elastic.run would return None silently on a TensorFlow error
-that is not Horovod's, so the retry wrapper is ours too.
+optimizer. A failed collective surfaces as a TensorFlow error, which collective_failures()
+translates for the retry loop (horovod.tensorflow.elastic.run, which would do it, returns
+None silently on a TensorFlow error that is not Horovod's, so the loop is the shared one).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Iterator
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
-from horovod.common.elastic import ObjectState, run_fn
+from horovod.common.elastic import ObjectState
 from horovod.common.exceptions import HorovodInternalError
 
 
@@ -44,21 +46,13 @@ def make_state(variables: list[tf.Variable], progress: dict) -> VariablesState:
     return VariablesState(variables, progress)
 
 
-def _reset() -> None:
-    hvd.shutdown()
-    hvd.init()
-
-
-def run(state, attempt: Callable[[Any], Any]) -> Any:
-    """attempt(state) under Horovod's elastic loop: reset + restore/sync + call again after a
-    failure or a host change. A failed collective surfaces from TensorFlow as an OpError
-    naming a Horovod op; it becomes HorovodInternalError, what the loop recovers from."""
-    def guarded(state):
-        try:
-            return attempt(state)
-        except tf.errors.OpError as err:
-            if "Horovod" in str(err):
-                raise HorovodInternalError(err) from err
-            raise
-
-    return run_fn(guarded, _reset)(state)
+@contextmanager
+def collective_failures() -> Iterator[None]:
+    """A failed collective surfaces from TensorFlow as an OpError naming a Horovod op; it
+    becomes HorovodInternalError, what the elastic loop recovers from. Other errors pass."""
+    try:
+        yield
+    except tf.errors.OpError as err:
+        if "Horovod" in str(err):
+            raise HorovodInternalError(err) from err
+        raise

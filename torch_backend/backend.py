@@ -1,15 +1,15 @@
 """The PyTorch backend: horovod.torch's DistributedOptimizer around a torch model.
 
 Mirror: tf_backend/backend.py. Lines that exist only for distribution say `# Horovod:`.
+What needs only Horovod (init, context, object and metric collectives, elastic_run) is
+hvdcls.horovod_backend.HorovodBackend's, given horovod.torch here.
 """
 from __future__ import annotations
 
 import pickle
 import time
 from contextlib import contextmanager, nullcontext
-from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import horovod.torch as hvd
 import numpy as np
@@ -18,10 +18,11 @@ import torch.nn.functional as F
 import torchvision
 
 from hvdcls import powersgd
-from hvdcls.backend import Backend, Context, Sums, add, threads_per_process
+from hvdcls.backend import Sums, add
 from hvdcls.config import Config
 from hvdcls.data.batches import EpochBatches
 from hvdcls.errors import UserError
+from hvdcls.horovod_backend import HorovodBackend
 from torch_backend import data, elastic, models
 from torch_backend.compression import PowerSGDReducer
 from torch_backend.sync_bn import SyncBatchNorm
@@ -58,23 +59,15 @@ def pick_device(config: Config, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-class TorchBackend(Backend):
+class TorchBackend(HorovodBackend):
     name = "torch"
 
-    def init(self, config: Config) -> Context:
-        hvd.init()  # Horovod: start the background thread and learn rank and size
-        self.threads = threads_per_process(config, hvd.local_size())
-        torch.set_num_threads(self.threads)
-        self.device = pick_device(config, hvd.local_rank())
-        return self.context()
+    def __init__(self):
+        super().__init__(hvd, {"torch": torch.__version__, "torchvision": torchvision.__version__})
 
-    def context(self) -> Context:
-        """Who this process is now (rank and size change after an elastic reset)."""
-        controller = "mpi" if hvd.mpi_enabled() else "gloo"
-        return Context("torch", hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(),
-                       controller, str(self.device), self.threads,
-                       {"torch": torch.__version__, "torchvision": torchvision.__version__,
-                        "horovod": metadata.version("horovod")})
+    def setup(self, config: Config, local_rank: int, threads: int) -> torch.device:
+        torch.set_num_threads(threads)
+        return pick_device(config, local_rank)
 
     def build(self, config: Config, num_classes: int) -> dict:
         hv = config.horovod
@@ -189,14 +182,8 @@ class TorchBackend(Backend):
         loss = F.cross_entropy(logits.float(), labels, reduction="sum")
         return Sums(loss, (logits.argmax(1) == labels).sum(), len(labels))
 
-    def allreduce_sum(self, values: list[float], name: str) -> list[float]:
-        return hvd.allreduce(torch.tensor(values, dtype=torch.float64), op=hvd.Sum, name=name).tolist()
-
-    def broadcast_object(self, obj: Any, name: str) -> Any:
-        return hvd.broadcast_object(obj, root_rank=0, name=name)
-
-    def allgather_object(self, obj: Any, name: str) -> list:
-        return hvd.allgather_object(obj, name=name)
+    def float64_tensor(self, values: list[float]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.float64)
 
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)
@@ -240,17 +227,11 @@ class TorchBackend(Backend):
         if self.reducer is not None:
             self.reducer.average_errors_()  # Horovod: one error for all ranks, training unchanged
 
-    def communication(self) -> dict:
-        return self.counter.summary()
-
     def weights(self) -> dict[str, np.ndarray]:
         return {name: t.detach().cpu().float().numpy() for name, t in self.model.state_dict().items()}
 
     def elastic_state(self, progress: dict):
         return elastic.make_state(self.model, self.optimizer, progress)
-
-    def elastic_run(self, state, attempt):
-        return elastic.run(state, lambda current: attempt(current, self.context()))
 
     def allreduce_wait_seconds(self) -> float | None:
         # The time around optimizer.synchronize(): backward hooks start each gradient's

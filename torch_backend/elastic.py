@@ -1,12 +1,11 @@
-"""Horovod elastic state and retry for the PyTorch backend.
+"""Horovod elastic state for the PyTorch backend (the retry loop is HorovodBackend.elastic_run).
 
 Mirror: tf_backend/elastic.py. horovod.torch ships what is needed: TorchState snapshots the
 model and optimizer on commit() and broadcasts them from rank 0 on sync(); the other
-attributes (the core's progress) travel as pickled Python objects.
+attributes (the core's progress) travel as pickled Python objects. A failed collective
+raises HorovodInternalError itself, so the backend translates no errors for the retry loop.
 """
 from __future__ import annotations
-
-from typing import Any, Callable
 
 import horovod.torch as hvd
 
@@ -25,9 +24,3 @@ def make_state(model, optimizer, progress: dict) -> TorchState:
     state = TorchState(model=model, optimizer=optimizer, **progress)
     state.save()  # Horovod: a failure before the first commit rolls back to the start
     return state
-
-
-def run(state, attempt: Callable[[Any], Any]) -> Any:
-    """attempt(state) under hvd.elastic.run: reset + restore/sync + call again after a failure
-    (HorovodInternalError) or a host change (HostsUpdatedInterrupt)."""
-    return hvd.elastic.run(attempt)(state)

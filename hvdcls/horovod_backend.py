@@ -1,0 +1,101 @@
+"""What every backend does the same way over Horovod, written once.
+
+`horovod.torch` and `horovod.tensorflow` share Horovod's basics (`HorovodBasics`: init, rank,
+size, local rank, the controller) and the object collectives (`broadcast_object`,
+`allgather_object`); the elastic retry loop (`horovod.common.elastic.run_fn`) is the same for
+both. `HorovodBackend` implements the contract's parts that rest only on those, given the
+binding module by the framework backend (the core imports no binding), and leaves the
+framework's part abstract: model, steps, data, state, profiler, and three small hooks
+(`setup`, `float64_tensor`, `collective_failures`).
+"""
+from __future__ import annotations
+
+import abc
+from contextlib import nullcontext
+from importlib import metadata
+from types import ModuleType
+from typing import Any, Callable, ContextManager, Optional
+
+from hvdcls.backend import Backend, Context, threads_per_process
+from hvdcls.config import Config
+from hvdcls.powersgd import ByteCounter
+
+
+class HorovodBackend(Backend):
+    """A Backend over one Horovod binding (`self.hvd`), as `HorovodBasics` is over one library.
+
+    A framework backend passes its binding and its framework's versions to __init__ and
+    implements what is still abstract; its build() sets `self.counter` where it counts the
+    gradient bytes it sends.
+    """
+
+    counter: Optional[ByteCounter] = None
+
+    def __init__(self, hvd: ModuleType, versions: dict[str, str]):
+        self.hvd = hvd  # horovod.torch or horovod.tensorflow
+        self.versions = versions  # the framework's packages, for Context.versions
+
+    # -- the framework's part: hooks the shared code below calls --
+
+    @abc.abstractmethod
+    def setup(self, config: Config, local_rank: int, threads: int) -> Any:
+        """Run the framework's CPU ops on `threads` threads and pick this process's device
+        (training.device; one GPU per local rank). Returns the device, kept as self.device."""
+
+    @abc.abstractmethod
+    def float64_tensor(self, values: list[float]) -> Any:
+        """`values` as a 1-D float64 tensor of the framework, on the host: what the binding's
+        hvd.allreduce takes."""
+
+    def collective_failures(self) -> ContextManager[None]:
+        """A context manager turning a failed collective, as the framework reports it, into
+        Horovod's HorovodInternalError, the one error the elastic loop recovers from. Nothing
+        to do where the binding raises HorovodInternalError itself (horovod.torch)."""
+        return nullcontext()
+
+    # -- the contract, implemented once --
+
+    def init(self, config: Config) -> Context:
+        self.hvd.init()  # Horovod: start the background thread and learn rank and size
+        self.threads = threads_per_process(config, self.hvd.local_size())
+        self.device = self.setup(config, self.hvd.local_rank(), self.threads)
+        return self.context()
+
+    def context(self) -> Context:
+        """Who this process is now (rank and size change after an elastic reset)."""
+        hvd = self.hvd
+        controller = "mpi" if hvd.mpi_enabled() else "gloo"
+        return Context(self.name, hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(),
+                       controller, str(self.device), self.threads,
+                       {**self.versions, "horovod": metadata.version("horovod")})
+
+    def allreduce_sum(self, values: list[float], name: str) -> list[float]:
+        import numpy as np  # both bindings return a host tensor numpy can read
+
+        reduced = self.hvd.allreduce(self.float64_tensor(values), op=self.hvd.Sum, name=name)
+        return np.asarray(reduced).tolist()
+
+    def broadcast_object(self, obj: Any, name: str) -> Any:
+        return self.hvd.broadcast_object(obj, root_rank=0, name=name)
+
+    def allgather_object(self, obj: Any, name: str) -> list:
+        return self.hvd.allgather_object(obj, name=name)
+
+    def communication(self) -> Optional[dict]:
+        return self.counter.summary() if self.counter is not None else None
+
+    def elastic_run(self, state: Any, attempt: Callable[[Any, Context], Any]) -> Any:
+        # Horovod's own retry loop, the one both bindings' hvd.elastic.run wrap. Imported here:
+        # the core loads no Horovod at import time; by now the backend has loaded the binding.
+        from horovod.common.elastic import run_fn
+
+        def once(current):
+            with self.collective_failures():
+                return attempt(current, self.context())
+
+        return run_fn(once, self._reset)(state)
+
+    def _reset(self) -> None:
+        """Horovod: leave the broken world and join the new one (what hvd.elastic.run does)."""
+        self.hvd.shutdown()
+        self.hvd.init()
