@@ -6,6 +6,8 @@ Run with the virtual environment's Python, after torch and TensorFlow are instal
     .venv/bin/python tools/horovod_wheel.py --gpu      # GPU hosts: + NCCL (needs a GPU TensorFlow)
     .venv/bin/python tools/horovod_wheel.py --print-key
     .venv/bin/python tools/horovod_wheel.py --print-wheel   # path of the cached wheel
+    python3 tools/horovod_wheel.py --torch-only --gpu --sdist horovod-0.28.1.tar.gz \
+        --cuda-cc-list 90 --cache-dir /tmp/hvd --print-wheel   # a bare GPU host (tools/gpu_check.sh)
 
 Horovod's last release does not build as shipped against current PyTorch: its torch
 extension is pinned to C++14 while torch 2.14's headers demand C++20. We lift the standard
@@ -49,6 +51,17 @@ FIXED_FLAGS = {
     "HOROVOD_WITH_MPI": "1",
     "HOROVOD_WITHOUT_MXNET": "1",
 }
+# --torch-only: PyTorch and Gloo alone, for hosts with neither TensorFlow nor MPI (a bare GPU host).
+TORCH_ONLY_FLAGS = {
+    "HOROVOD_WITH_PYTORCH": "1",
+    "HOROVOD_WITHOUT_TENSORFLOW": "1",
+    "HOROVOD_WITH_GLOO": "1",
+    "HOROVOD_WITHOUT_MPI": "1",
+    "HOROVOD_WITHOUT_MXNET": "1",
+}
+# Fields added after wheels were cached: left out of the key while empty (the defaults), so
+# adding them rebuilt nobody's wheel.
+OPTIONAL_KEY_FIELDS = ("frameworks", "cuda_cc_list")
 
 
 class SetupError(Exception):
@@ -70,12 +83,20 @@ class BuildInputs:
     gpu_operations: str
     nccl: str
     recipe: str
+    frameworks: str = ""  # "" (torch + TensorFlow, Gloo + MPI) | "torch" (--torch-only)
+    cuda_cc_list: str = ""  # HOROVOD_BUILD_CUDA_CC_LIST, e.g. "90"; "" = every arch nvcc knows
+
+    def flags(self) -> dict[str, str]:
+        return TORCH_ONLY_FLAGS if self.frameworks == "torch" else FIXED_FLAGS
 
     def key(self) -> str:
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        fields = {name: value for name, value in asdict(self).items()
+                  if value or name not in OPTIONAL_KEY_FIELDS}
+        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
         variant = "nccl" if self.gpu_operations == "NCCL" else "cpu"
+        frameworks = f"-tf{self.tensorflow}" if self.frameworks != "torch" else "-torchonly"
         return (f"horovod-{self.horovod}-{self.python}-{self.platform}-torch{self.torch}"
-                f"-tf{self.tensorflow}-{variant}-{digest}").replace("+", "_")
+                f"{frameworks}-{variant}-{digest}").replace("+", "_")
 
 
 def default_cache_dir() -> Path:
@@ -153,29 +174,33 @@ def command_first_line(*cmd: str) -> str:
     return lines[0].strip() if lines else ""
 
 
-def recipe_digest() -> str:
+def recipe_digest(flags: dict[str, str] = FIXED_FLAGS) -> str:
     """Changing how we build must invalidate wheels built the old way.
 
     Covers the compiler launcher, the fixed build flags and RECIPE_VERSION (bump it when the
     build logic here changes); not this file's text, so editing a comment costs no rebuild.
     """
     digest = hashlib.sha256(LAUNCHER.read_bytes())
-    digest.update(json.dumps([RECIPE_VERSION, FIXED_FLAGS], sort_keys=True).encode())
+    digest.update(json.dumps([RECIPE_VERSION, flags], sort_keys=True).encode())
     return digest.hexdigest()[:12]
 
 
-def collect_inputs(gpu: bool) -> BuildInputs:
+def collect_inputs(gpu: bool, torch_only: bool = False, cuda_cc_list: str = "") -> BuildInputs:
     torch_dir = package_dir("torch")
     torch = distribution_version("torch")
-    tensorflow = tensorflow_version()
     if torch_dir is None or not torch:
         raise SetupError("torch is not installed in this environment: run `make setup` first")
-    if not tensorflow:
-        raise SetupError("tensorflow is not installed in this environment: run `make setup` first")
-    mpi = command_first_line("mpirun", "--version")
-    if not mpi:
-        raise SetupError("mpirun not found: install OpenMPI (`apt-get install openmpi-bin "
-                         "libopenmpi-dev`) or run `make setup`, which does it")
+    tensorflow = mpi = ""
+    if not torch_only:  # --torch-only builds neither the TensorFlow part nor MPI
+        tensorflow = tensorflow_version()
+        if not tensorflow:
+            raise SetupError("tensorflow is not installed in this environment: run `make setup` "
+                             "first (or build with --torch-only)")
+        mpi = command_first_line("mpirun", "--version")
+        if not mpi:
+            raise SetupError("mpirun not found: install OpenMPI (`apt-get install openmpi-bin "
+                             "libopenmpi-dev`) or run `make setup`, which does it")
+    flags = TORCH_ONLY_FLAGS if torch_only else FIXED_FLAGS
     cuda_home = cuda_toolkit_home() if torch_cuda_version(torch_dir) else ""
     return BuildInputs(
         horovod=HOROVOD_VERSION,
@@ -188,7 +213,9 @@ def collect_inputs(gpu: bool) -> BuildInputs:
         cuda_home=cuda_home,
         gpu_operations="NCCL" if gpu else "",
         nccl=nccl_source() if gpu else "",
-        recipe=recipe_digest(),
+        recipe=recipe_digest(flags),
+        frameworks="torch" if torch_only else "",
+        cuda_cc_list=cuda_cc_list,
     )
 
 
@@ -230,7 +257,7 @@ def build_environment(inputs: BuildInputs, cache_dir: Path) -> dict[str, str]:
     # (HOROVOD_WITHOUT_PYTORCH, HOROVOD_GPU_OPERATIONS...) would change the build behind
     # the cache key's back, so only ours reach it.
     env = {name: value for name, value in os.environ.items() if not name.startswith("HOROVOD_")}
-    env.update(FIXED_FLAGS)
+    env.update(inputs.flags())
     env.update({
         "CMAKE_CXX_COMPILER_LAUNCHER": str(LAUNCHER),
         "HVDCLS_CXX_STD": inputs.cxx_std,
@@ -245,10 +272,20 @@ def build_environment(inputs: BuildInputs, cache_dir: Path) -> dict[str, str]:
         env["HOROVOD_GPU_OPERATIONS"] = inputs.gpu_operations
         env["HOROVOD_NCCL_HOME"] = str(nccl_home(cache_dir))
         env["HOROVOD_NCCL_LINK"] = "SHARED"
+    if inputs.cuda_cc_list:  # nvcc builds Horovod's few kernels for these archs only (faster)
+        env["HOROVOD_BUILD_CUDA_CC_LIST"] = inputs.cuda_cc_list
     return env
 
 
+# --sdist: a Horovod sdist carried to a host without network (set by main()).
+SDIST_OVERRIDE: Path | None = None
+
+
 def fetch_sdist(cache_dir: Path) -> Path:
+    if SDIST_OVERRIDE is not None:
+        if not SDIST_OVERRIDE.is_file():
+            raise SetupError(f"--sdist {SDIST_OVERRIDE}: no such file")
+        return SDIST_OVERRIDE
     sdist_dir = cache_dir / "sdist"
     found = sorted(sdist_dir.glob(f"horovod-{HOROVOD_VERSION}.tar.gz"))
     if found:
@@ -274,8 +311,8 @@ def run_logged(cmd: list[str], log: Path, env: dict[str, str]) -> None:
 def build_wheel(inputs: BuildInputs, cache_dir: Path, target: Path) -> Path:
     sdist = fetch_sdist(cache_dir)
     log = cache_dir / "logs" / f"{inputs.key()}.log"
-    print(f"[setup] building Horovod {inputs.horovod} against torch {inputs.torch}, TensorFlow "
-          f"{inputs.tensorflow}, C++{inputs.cxx_std}{', NCCL' if inputs.gpu_operations else ''} "
+    frameworks = "no TensorFlow" if inputs.frameworks == "torch" else f"TensorFlow {inputs.tensorflow}"
+    print(f"[setup] building Horovod {inputs.horovod} against torch {inputs.torch}, {frameworks}, C++{inputs.cxx_std}{', NCCL' if inputs.gpu_operations else ''} "
           f"(several minutes; log: {log})", flush=True)
     started = time.monotonic()
     scratch = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_dir))
@@ -333,8 +370,7 @@ def install_wheel(wheel: Path) -> None:
     venv_stamp().write_text(json.dumps(info, indent=2) + "\n")
 
 
-def ensure(gpu: bool, cache_dir: Path, rebuild: bool) -> None:
-    inputs = collect_inputs(gpu)
+def ensure(inputs: BuildInputs, cache_dir: Path, rebuild: bool) -> None:
     key = inputs.key()
     if not rebuild and installed_key() == key and distribution_version("horovod") == HOROVOD_VERSION:
         print(f"[setup] Horovod {HOROVOD_VERSION} already installed ({key})", flush=True)
@@ -352,15 +388,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--print-key", action="store_true", help="print the cache key and exit")
     parser.add_argument("--print-wheel", action="store_true",
                         help="print the cached wheel's path (building it if missing), install nothing")
+    parser.add_argument("--torch-only", action="store_true",
+                        help="PyTorch + Gloo only: no TensorFlow part, no MPI (a bare GPU host)")
+    parser.add_argument("--sdist", type=Path, help="build this Horovod sdist (no download)")
+    parser.add_argument("--nccl-home", type=Path,
+                        help="NCCL prefix (include/, lib/) for --gpu; default: torch's nvidia-nccl wheel")
+    parser.add_argument("--cuda-cc-list", default="", metavar="CC[,CC]",
+                        help="compute capabilities for Horovod's CUDA kernels, e.g. 90 (H100/H200); "
+                             "default: every one nvcc supports (slower)")
     args = parser.parse_args(argv)
+    global SDIST_OVERRIDE
+    SDIST_OVERRIDE = args.sdist.resolve() if args.sdist else None
+    if args.nccl_home:  # read where HOROVOD_NCCL_HOME is (nccl_source, nccl_home)
+        os.environ["HOROVOD_NCCL_HOME"] = str(args.nccl_home.resolve())
     try:
+        if args.cuda_cc_list and not re.fullmatch(r"\d+(,\d+)*", args.cuda_cc_list):
+            raise SetupError(f"--cuda-cc-list {args.cuda_cc_list!r}: expected numbers like 90 or 80,90")
+        inputs = collect_inputs(args.gpu, args.torch_only, args.cuda_cc_list)
         if args.print_key:
-            print(collect_inputs(args.gpu).key())
+            print(inputs.key())
             return 0
         if args.print_wheel:  # `make wheelhouse` copies it into the Docker build context
-            print(cached_wheel(args.cache_dir, collect_inputs(args.gpu), args.rebuild))
+            print(cached_wheel(args.cache_dir, inputs, args.rebuild))
             return 0
-        ensure(args.gpu, args.cache_dir, args.rebuild)
+        ensure(inputs, args.cache_dir, args.rebuild)
     except SetupError as err:
         print(f"[setup] error: {err}", file=sys.stderr)
         return 2

@@ -199,3 +199,71 @@ def test_users_own_nccl_wins(tmp_path, monkeypatch):
     assert hw.nccl_source() == str(tmp_path / "nccl-2.21")
     env = hw.build_environment(inputs(gpu_operations="NCCL", nccl=hw.nccl_source()), tmp_path)
     assert env["HOROVOD_NCCL_HOME"] == str(tmp_path / "nccl-2.21")
+
+
+def test_new_key_fields_left_empty_keep_the_old_cache_key():
+    """Wheels cached before --torch-only/--cuda-cc-list existed are still found."""
+    import hashlib
+    import json
+    old_fields = {name: value for name, value in dataclasses.asdict(inputs()).items()
+                  if name not in hw.OPTIONAL_KEY_FIELDS}
+    digest = hashlib.sha256(json.dumps(old_fields, sort_keys=True).encode()).hexdigest()[:12]
+    assert inputs().key().endswith(f"-cpu-{digest}")
+    assert hw.recipe_digest() == hw.recipe_digest(hw.FIXED_FLAGS)
+
+
+def test_torch_only_build_has_its_own_key_and_flags(tmp_path):
+    torch_only = inputs(frameworks="torch", tensorflow="", mpi="")
+    assert "-torchonly-" in torch_only.key() and torch_only.key() != inputs().key()
+    assert inputs(cuda_cc_list="90").key() != inputs().key()
+    assert hw.recipe_digest(hw.TORCH_ONLY_FLAGS) != hw.recipe_digest()
+    env = hw.build_environment(torch_only, tmp_path)
+    assert env["HOROVOD_WITHOUT_TENSORFLOW"] == env["HOROVOD_WITHOUT_MPI"] == "1"
+    assert env["HOROVOD_WITH_PYTORCH"] == env["HOROVOD_WITH_GLOO"] == "1"
+    assert "HOROVOD_WITH_TENSORFLOW" not in env and "HOROVOD_WITH_MPI" not in env
+    assert "HOROVOD_BUILD_CUDA_CC_LIST" not in env
+    assert hw.build_environment(inputs(cuda_cc_list="90"), tmp_path)["HOROVOD_BUILD_CUDA_CC_LIST"] == "90"
+
+
+def test_torch_only_needs_neither_tensorflow_nor_mpirun(tmp_path, monkeypatch):
+    torch_dir = fake_torch(tmp_path, "")
+    monkeypatch.setattr(hw, "package_dir", lambda name: torch_dir if name == "torch" else None)
+    monkeypatch.setattr(hw, "distribution_version", lambda name: "2.11.0" if name == "torch" else "")
+    monkeypatch.setattr(hw, "command_first_line", lambda *cmd: pytest.fail("must not ask for mpirun"))
+    got = hw.collect_inputs(gpu=False, torch_only=True, cuda_cc_list="90")
+    assert (got.frameworks, got.tensorflow, got.mpi, got.cuda_cc_list) == ("torch", "", "", "90")
+    with pytest.raises(hw.SetupError, match="--torch-only"):
+        hw.collect_inputs(gpu=False)
+
+
+def test_carried_sdist_is_built_without_download(tmp_path, monkeypatch):
+    sdist = tmp_path / "carried" / "horovod-0.28.1.tar.gz"
+    sdist.parent.mkdir()
+    sdist.write_bytes(b"")
+    monkeypatch.setattr(hw, "run_logged", lambda *a: pytest.fail("must not download"))
+    monkeypatch.setattr(hw, "SDIST_OVERRIDE", sdist)
+    assert hw.fetch_sdist(tmp_path / "cache") == sdist
+    monkeypatch.setattr(hw, "SDIST_OVERRIDE", tmp_path / "missing.tar.gz")
+    with pytest.raises(hw.SetupError, match="no such file"):
+        hw.fetch_sdist(tmp_path / "cache")
+
+
+def test_main_options_reach_the_build(tmp_path, monkeypatch, capsys):
+    seen = {}
+
+    def collect(gpu, torch_only=False, cuda_cc_list=""):
+        seen.update(gpu=gpu, torch_only=torch_only, cc=cuda_cc_list,
+                    nccl=hw.os.environ.get("HOROVOD_NCCL_HOME"), sdist=hw.SDIST_OVERRIDE)
+        return inputs(frameworks="torch" if torch_only else "", cuda_cc_list=cuda_cc_list)
+
+    monkeypatch.setattr(hw, "collect_inputs", collect)
+    monkeypatch.setattr(hw, "SDIST_OVERRIDE", None)
+    monkeypatch.delenv("HOROVOD_NCCL_HOME", raising=False)
+    monkeypatch.setattr(hw.os, "environ", dict(hw.os.environ))  # main() may set HOROVOD_NCCL_HOME
+    assert hw.main(["--gpu", "--torch-only", "--sdist", str(tmp_path / "h.tar.gz"), "--nccl-home",
+                    str(tmp_path / "nccl"), "--cuda-cc-list", "90", "--print-key"]) == 0
+    assert seen == {"gpu": True, "torch_only": True, "cc": "90", "nccl": str(tmp_path / "nccl"),
+                    "sdist": tmp_path / "h.tar.gz"}
+    assert "-torchonly-" in capsys.readouterr().out
+    assert hw.main(["--cuda-cc-list", "sm_90", "--print-key"]) == 2
+    assert "--cuda-cc-list" in capsys.readouterr().err
