@@ -1,0 +1,150 @@
+"""tools/gpu_check.py (each step's record, the summary table, issue 15's targets) and
+tools/gpu_check.sh's refusals of bad input. The script's run itself: tests/parallel/test_gpu_check.py."""
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import gpu_check as gc
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "tools" / "gpu_check.sh"
+
+
+def write(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+
+
+def bench_cell(runner: str, rate: float, **extra) -> dict:
+    return {"runner": runner, "images_per_sec": {"median": rate, "min": rate * 0.9, "max": rate * 1.1},
+            "step_seconds": {"median": 256 / rate}, **extra}
+
+
+def good_work(work: Path, hvdcls_rate: float = 2900.0) -> Path:
+    """What every step leaves in WORK when it worked."""
+    write(work / "build.json", {"horovod": "0.28.1", "reused": False, "build_seconds": 95.0})
+    write(work / "imports.json", {"modules": {"torch": "2.11.0", "horovod": "0.28.1", "omegaconf": "2.4.0",
+                                              "torchvision": "0.26.0", "hvdcls": "source tree"},
+                                  "nccl_built": True, "cuda_available": True, "carried": ["omegaconf"]})
+    write(work / "smoke" / "rank-0.json", {"passed": True, "controller": "gloo",
+                                           "checks": [{"name": "a", "ok": True}, {"name": "b", "ok": True}]})
+    write(work / "probe.json", {"ok": True, "device": "cuda:0", "result": 1.0, "expected": 1.0})
+    write(work / "train" / "summary.json", {"val_accuracy": 0.97, "best_val_accuracy": 0.98,
+                                            "images_per_sec": 5000.0, "wall_seconds": 20.0, "world_size": 1,
+                                            "config": {"training": {"device": "cuda"}}})
+    write(work / "bench" / "bench.json", {
+        "spec": {"models": ["resnet50"], "image_size": 224, "batch_sizes": [256], "device": "cuda"},
+        "machine": {"cores": 16},
+        "cells": [bench_cell("hvdcls", hvdcls_rate), bench_cell("raw-horovod", 2950.0),
+                  bench_cell("ddp", 3000.0)]})
+    for loader, rate in (("hvdcls", 1500.0), ("torchvision", 1200.0)):
+        write(work / f"pipeline-{loader}.json", {"loader": loader, "workers": 15, "images_per_sec": rate,
+                                                 "images_per_sec_per_worker": rate / 15})
+    return work
+
+
+def record_all(work: Path, out: Path, mode: str = "gpu", rcs: dict | None = None) -> None:
+    out.mkdir(exist_ok=True)
+    for step in gc.STEPS:
+        gc.write_json(out / f"{step}.json",
+                      gc.record(step, work, mode, (rcs or {}).get(step, 0), 10.0, None))
+
+
+def test_every_step_ok_gives_a_table_and_the_targets(tmp_path):
+    record_all(good_work(tmp_path / "work"), tmp_path / "out")
+    summary = gc.summarize(tmp_path / "out", "gpu")
+    assert summary["ok"] and summary["seconds"] == 60.0
+    assert list(summary["steps"]) == list(gc.STEPS)
+    table = (tmp_path / "out" / "summary.md").read_text()
+    assert "all steps ok" in table
+    for step in gc.STEPS:
+        assert f"| {step} | ok | 10.0 |" in table
+    assert "val accuracy 0.9700" in table and "hvdcls/torch 0.967" in table
+    vs_torch = summary["targets"][0]
+    assert vs_torch["value"] == pytest.approx(2900 / 3000) and vs_torch["met"] is False  # < 0.97
+    assert summary["targets"][1]["met"] is True  # 2900 > the A100's 2470
+    feed = summary["targets"][2]
+    assert feed["per_core"] == 100.0 and feed["value"] == pytest.approx(29.0)
+    assert len(summary["targets"]) == 4
+    assert json.loads((tmp_path / "out" / "summary.json").read_text()) == summary
+
+
+def test_cpu_mode_does_not_claim_the_a100_target(tmp_path):
+    record_all(good_work(tmp_path / "work"), tmp_path / "out", mode="cpu")
+    assert gc.summarize(tmp_path / "out", "cpu")["targets"][1]["met"] is None
+
+
+@pytest.mark.parametrize("step, breakage, problem", [
+    ("train", lambda w: write(w / "train" / "summary.json", {"val_accuracy": 0.5}), "val accuracy 0.5000 < 0.95"),
+    ("train", lambda w: (w / "train" / "summary.json").unlink(), "no summary.json"),
+    ("bench", lambda w: write(w / "bench" / "bench.json", {
+        "spec": {"models": ["m"], "image_size": 1, "batch_sizes": [1], "device": "cpu"},
+        "cells": [bench_cell("hvdcls", 1.0), {"runner": "ddp", "error": "exit 1: boom"}]}), "ddp: exit 1: boom"),
+    ("smoke", lambda w: write(w / "probe.json", {"ok": False, "result": 0.0, "expected": 1.0}),
+     "device all-reduce gave 0.0"),
+    ("install", lambda w: write(w / "imports.json", {"modules": {"horovod": ""}, "nccl_built": True,
+                                                      "cuda_available": True}), "cannot import horovod"),
+    ("install", lambda w: write(w / "imports.json", {"modules": {}, "nccl_built": False,
+                                                      "cuda_available": True}), "without NCCL"),
+    ("pipeline", lambda w: (w / "pipeline-torchvision.json").unlink(), "torchvision loader wrote nothing"),
+])
+def test_a_broken_step_is_reported_not_hidden(tmp_path, step, breakage, problem):
+    work = good_work(tmp_path / "work")
+    breakage(work)
+    record_all(work, tmp_path / "out")
+    summary = gc.summarize(tmp_path / "out", "gpu")
+    assert not summary["ok"] and not summary["steps"][step]["ok"]
+    assert problem in summary["steps"][step]["result"]
+    assert f"| {step} | FAILED |" in (tmp_path / "out" / "summary.md").read_text()
+    assert [name for name, s in summary["steps"].items() if not s["ok"]] == [step]
+
+
+def test_exit_status_and_timeouts_fail_a_step_whatever_it_wrote(tmp_path):
+    work = good_work(tmp_path / "work")
+    log = tmp_path / "bench.log"
+    log.write_text("\n".join(f"line {i}" for i in range(100)))
+    timed_out = gc.record("bench", work, "gpu", 124, 240.0, log)
+    assert not timed_out["ok"] and timed_out["timed_out"] and timed_out["problems"][0] == "timed out"
+    assert timed_out["log_tail"][-1] == "line 99" and len(timed_out["log_tail"]) == gc.LOG_TAIL_LINES
+    assert gc.record("train", work, "gpu", 1, 3.0, log)["problems"] == ["exit 1"]
+    skipped = gc.record("pipeline", work, "gpu", 124, 0.0, None, skipped="no time left")
+    assert not skipped["ok"] and skipped["problems"] == ["skipped: no time left"]
+
+
+def test_a_step_that_never_ran_fails_the_summary(tmp_path):
+    record_all(good_work(tmp_path / "work"), tmp_path / "out")
+    (tmp_path / "out" / "pipeline.json").unlink()
+    summary = gc.summarize(tmp_path / "out", "gpu")
+    assert not summary["ok"] and "no result" in summary["steps"]["pipeline"]["result"]
+    assert gc.main(["summarize", "--out", str(tmp_path / "out"), "--mode", "gpu"]) == 1
+
+
+def run_script(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", **env})
+
+
+@pytest.mark.parametrize("env, args, message", [
+    ({"MODE": "tpu"}, (), "MODE must be gpu or cpu, not 'tpu'"),
+    ({"MODE": "cpu", "HOROVOD_BUILD": "maybe"}, (), "HOROVOD_BUILD must be build or reuse"),
+    ({"MODE": "gpu", "HOROVOD_BUILD": "reuse"}, (), "the GPU mode always builds"),
+    ({"MODE": "gpu", "CARRY": "/nonexistent"}, (), "missing /nonexistent/horovod-0.28.1.tar.gz"),
+    ({"MODE": "cpu", "CARRY": "/nonexistent"}, (), "run tools/gpu_check.sh --prepare"),
+    ({"MODE": "cpu", "PYTHON": "/no/python"}, (), "no Python '/no/python'"),
+    ({}, ("--frobnicate",), "unknown argument '--frobnicate'"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, env, args, message):
+    result = run_script({"OUT": str(tmp_path / "out"), **env}, *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()  # nothing was started
+
+
+def test_gpu_mode_needs_the_omegaconf_wheel_too(tmp_path):
+    carry = tmp_path / "carry"
+    carry.mkdir()
+    (carry / "horovod-0.28.1.tar.gz").write_bytes(b"")
+    result = run_script({"MODE": "gpu", "CARRY": str(carry), "OUT": str(tmp_path / "out")})
+    assert result.returncode == 2 and "missing the omegaconf wheel" in result.stderr

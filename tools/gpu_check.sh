@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# Issue 15's GPU check: on a bare NVIDIA host with a Python that has torch and no network,
+# build Horovod with NCCL, then smoke, train and bench hvdcls on the GPU, in <= 7 minutes.
+#
+#     tools/gpu_check.sh --prepare [DIR]    # HERE, with network: the sdist + wheels to carry
+#                                           # (default DIR: build/gpu_carry, ignored by git)
+#     OUT=results MODE=gpu tools/gpu_check.sh          # on the GPU host
+#     OUT=results MODE=cpu HOROVOD_BUILD=reuse tools/gpu_check.sh   # the same steps, tiny, on a CPU
+#
+# Steps, each under `timeout`, each writing OUT/<step>.json (ok, seconds, numbers, problems, the
+# log's tail when it failed); a failed step is recorded and the script goes on where it can:
+#   build     Horovod 0.28.1 from the carried sdist through tools/horovod_wheel.py: PyTorch only,
+#             Gloo, all cores; gpu: HOROVOD_GPU_OPERATIONS=NCCL (torch's nvidia-nccl wheel), CUDA
+#             kernels for CUDA_CC (90); into a temporary prefix. cpu: HOROVOD_BUILD=reuse takes the
+#             Horovod already installed instead (the GPU mode always builds).
+#   install   the carried wheels (omegaconf) into the same prefix; what imports, NCCL or not.
+#   smoke     `hvdcls smoke --backend torch` under horovodrun --gloo, np=1, and one Horovod
+#             all-reduce of a tensor on the device (NCCL in gpu mode).
+#   train     `hvdcls train --backend torch training.device=cuda|cpu` on the digits (>= 0.95).
+#   bench     `hvdcls bench --device cuda|cpu`: hvdcls, raw Horovod, the plain torch loop (DDP,
+#             world of one); gpu: ResNet-50, 224 px, batch 256, float16 AMP, channels-last.
+#   pipeline  the input pipeline alone: hvdcls's loader beside torchvision's ImageFolder +
+#             DataLoader on the same JPEGs (benchmarks/input_pipeline.py), images/s per core.
+# Then OUT/summary.json and OUT/summary.md (the table, and issue 15's targets met or not).
+# OUT holds exactly those 8 files (what a device run brings back); everything else goes to a
+# temporary WORK directory. Exit 0 when every step is ok, 1 when one failed, 2 on bad input.
+#
+# Settings (environment): MODE=gpu|cpu (default gpu), OUT (default runs/gpu_check), PYTHON
+# (default python3), CARRY (default build/gpu_carry), HOROVOD_BUILD=build|reuse (cpu only),
+# BUDGET_S (seconds for all steps; default 420 gpu, 900 cpu), LOADER_WORKERS (default cores-1),
+# CUDA_CC (default 90: H100/H200), KEEP_WORK=1 keeps WORK.
+set -uo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+HOROVOD_VERSION=0.28.1
+SDIST_NAME=horovod-$HOROVOD_VERSION.tar.gz
+# The GPU host's Python (KINDS.md: Python 3.12) and what it lacks of hvdcls's needs; PyYAML,
+# cloudpickle, psutil, packaging are there already (its package list).
+CARRY_WHEELS=(omegaconf==2.4.0)
+
+die() { echo "gpu_check: error: $*" >&2; exit 2; }
+
+prepare() {
+    local dir=${1:-$REPO/build/gpu_carry} py=${PYTHON:-python3}
+    mkdir -p "$dir" || die "cannot create $dir"
+    "$py" -m pip download -q --no-deps --no-binary :all: "horovod==$HOROVOD_VERSION" -d "$dir" \
+        || die "pip download of the Horovod sdist failed"
+    "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        -d "$dir" "${CARRY_WHEELS[@]}" || die "pip download of ${CARRY_WHEELS[*]} failed"
+    local kib
+    kib=$(du -sk "$dir" | cut -f1)
+    (( kib < 60 * 1024 )) || die "$dir is $((kib / 1024)) MiB: over what a device run carries (64 MiB)"
+    ls -l "$dir"
+    echo "gpu_check: $dir ready ($((kib / 1024)) MiB); run with carry [\"${dir#"$REPO"/}\"]"
+}
+
+if [[ "${1:-}" == "--prepare" ]]; then
+    prepare "${2:-}"
+    exit 0
+fi
+[[ $# -eq 0 ]] || die "unknown argument '$1' (use --prepare [DIR], or no arguments)"
+
+MODE=${MODE:-gpu}
+[[ "$MODE" == gpu || "$MODE" == cpu ]] || die "MODE must be gpu or cpu, not '$MODE'"
+HOROVOD_BUILD=${HOROVOD_BUILD:-build}
+[[ "$HOROVOD_BUILD" == build || "$HOROVOD_BUILD" == reuse ]] \
+    || die "HOROVOD_BUILD must be build or reuse, not '$HOROVOD_BUILD'"
+[[ "$MODE" == gpu && "$HOROVOD_BUILD" == reuse ]] && die "HOROVOD_BUILD=reuse is for MODE=cpu: the GPU mode always builds"
+PY=${PYTHON:-python3}
+command -v "$PY" > /dev/null || die "no Python '$PY' (set PYTHON)"
+CARRY=${CARRY:-$REPO/build/gpu_carry}
+[[ "$CARRY" == /* ]] || CARRY=$REPO/$CARRY
+if [[ "$HOROVOD_BUILD" == build ]]; then
+    [[ -f "$CARRY/$SDIST_NAME" ]] || die "missing $CARRY/$SDIST_NAME: run tools/gpu_check.sh --prepare here first and carry it"
+fi
+if [[ "$MODE" == gpu ]]; then
+    compgen -G "$CARRY/omegaconf-*.whl" > /dev/null || die "missing the omegaconf wheel in $CARRY: run tools/gpu_check.sh --prepare"
+    command -v nvidia-smi > /dev/null && nvidia-smi -L 2> /dev/null | grep -q '^GPU ' \
+        || die "MODE=gpu needs an NVIDIA GPU (nvidia-smi -L lists none)"
+fi
+OUT=${OUT:-$REPO/runs/gpu_check}
+mkdir -p "$OUT" || die "cannot create OUT=$OUT"
+[[ "$OUT" == /* ]] || OUT=$(cd "$OUT" && pwd)
+rm -f "$OUT"/{build,install,smoke,train,bench,pipeline,summary}.{json,md}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX") || die "mktemp failed"
+[[ -n "${KEEP_WORK:-}" ]] || trap 'rm -rf "$WORK"' EXIT
+PREFIX=$WORK/prefix
+mkdir -p "$PREFIX" "$WORK/logs"
+CORES=$(nproc)
+
+if [[ "$MODE" == gpu ]]; then
+    BUDGET_S=${BUDGET_S:-420}
+    DEVICE=cuda
+    BENCH=(--model resnet50 --image-size 224 --batch-size 256 --warmup 10 --steps 25 --reps 3)
+    PIPE=(--image-size 224 --batch-size 128 --write-images 4096 --batches 48
+          --workers "${LOADER_WORKERS:-$((CORES > 1 ? CORES - 1 : 1))}")
+else
+    BUDGET_S=${BUDGET_S:-900}
+    DEVICE=cpu
+    BENCH=(--model resnet18 --image-size 32 --batch-size 8 --warmup 2 --steps 3 --reps 2)
+    PIPE=(--image-size 32 --batch-size 8 --write-images 96 --batches 12 --workers "${LOADER_WORKERS:-1}")
+fi
+# Every step: the carried prefix first, then the tree's own code, on the host's Python.
+export PYTHONPATH=$PREFIX:$REPO${PYTHONPATH:+:$PYTHONPATH}
+export PATH=$PREFIX/bin:$(dirname "$(command -v "$PY")"):$PATH
+export PYTHONUNBUFFERED=1 MPLBACKEND=Agg OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+export PY MODE DEVICE WORK PREFIX CARRY REPO CORES SDIST_NAME
+STARTED=$SECONDS
+echo "gpu_check: MODE=$MODE HOROVOD_BUILD=$HOROVOD_BUILD PYTHON=$PY OUT=$OUT WORK=$WORK budget ${BUDGET_S}s, $CORES cores"
+
+# run_step NAME CAP_SECONDS FUNCTION: the function under `timeout` (the whole process group is
+# killed when it runs out), bounded by CAP and by what is left of BUDGET_S; then its record.
+run_step() {
+    local name=$1 cap=$2 fn=$3 left limit rc began
+    left=$((BUDGET_S - (SECONDS - STARTED)))
+    limit=$((cap < left ? cap : left))
+    if ((limit < 15)); then
+        "$PY" "$REPO/tools/gpu_check.py" record "$name" --out "$OUT" --work "$WORK" --mode "$MODE" \
+            --rc 124 --skipped "no time left of BUDGET_S=$BUDGET_S"
+        return
+    fi
+    echo "gpu_check: $name (at most ${limit}s)"
+    began=$SECONDS
+    timeout --kill-after=10 "$limit" bash -c "$fn" > "$WORK/logs/$name.log" 2>&1
+    rc=$?
+    "$PY" "$REPO/tools/gpu_check.py" record "$name" --out "$OUT" --work "$WORK" --mode "$MODE" \
+        --rc "$rc" --seconds "$((SECONDS - began))" --log "$WORK/logs/$name.log"
+}
+
+step_build() {
+    set -e
+    if [[ "$HOROVOD_BUILD" == reuse ]]; then
+        "$PY" - <<'EOF'
+import json, os
+from importlib import metadata
+json.dump({"horovod": metadata.version("horovod"), "reused": True},
+          open(os.path.join(os.environ["WORK"], "build.json"), "w"))
+EOF
+        return
+    fi
+    local gpu=()
+    [[ "$MODE" == gpu ]] && gpu=(--gpu --cuda-cc-list "${CUDA_CC:-90}")
+    "$PY" "$REPO/tools/horovod_wheel.py" --torch-only "${gpu[@]}" --sdist "$CARRY/$SDIST_NAME" \
+        --cache-dir "$WORK/hvd-cache" --print-wheel | tee "$WORK/wheel.txt"
+    local wheel
+    wheel=$(tail -n 1 "$WORK/wheel.txt")
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$PREFIX" "$wheel"
+    WHEEL=$wheel "$PY" - <<'EOF'
+import json, os
+from pathlib import Path
+wheel = Path(os.environ["WHEEL"])
+info = json.loads((wheel.parent / "build-info.json").read_text())
+json.dump({"horovod": info["inputs"]["horovod"], "reused": False, "wheel": wheel.name,
+           "wheel_mb": round(wheel.stat().st_size / 2**20, 1), "build_seconds": info["build_seconds"],
+           "inputs": info["inputs"]}, open(os.path.join(os.environ["WORK"], "build.json"), "w"))
+EOF
+}
+
+step_install() {
+    set -e
+    shopt -s nullglob
+    local wheels=("$CARRY"/*.whl)
+    if ((${#wheels[@]})); then
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$PREFIX" "${wheels[@]}"
+    fi
+    "$PY" "$REPO/tools/gpu_check.py" imports --out "$WORK/imports.json" --carried "$CARRY"
+    cat "$WORK/imports.json"
+}
+
+step_smoke() {
+    set -e
+    # One launch for both (horovodrun's own start-up costs seconds; on a host with TensorFlow, a minute).
+    horovodrun -np 1 -H localhost:1 --gloo bash -c '"$PY" -m hvdcls smoke --backend torch \
+        --report-dir "$WORK/smoke" && "$PY" "$REPO/tools/gpu_check.py" probe --device "$DEVICE" \
+        --out "$WORK/probe.json"'
+}
+
+step_train() {
+    set -e
+    cd "$WORK"
+    "$PY" -m hvdcls train --backend torch --config "$REPO/configs/digits.yaml" --quiet \
+        --output-dir "$WORK/train" "training.device=$DEVICE"
+}
+
+step_bench() {
+    set -e
+    cd "$WORK"
+    # shellcheck disable=SC2086 # BENCH_ARGS: flags without spaces, split on purpose
+    "$PY" -m hvdcls bench --backends torch --np 1 --compression none --device "$DEVICE" $BENCH_ARGS \
+        --quiet --output-dir "$WORK/bench"
+}
+
+step_pipeline() {
+    set -e
+    cd "$REPO/benchmarks"
+    for loader in hvdcls torchvision; do
+        # shellcheck disable=SC2086
+        "$PY" input_pipeline.py --loader "$loader" --data-path "$WORK/jpegs" $PIPE_ARGS \
+            --out "$WORK/pipeline-$loader.json"
+    done
+}
+export BUDGET_S HOROVOD_BUILD CUDA_CC=${CUDA_CC:-90}
+export -f step_build step_install step_smoke step_train step_bench step_pipeline
+export BENCH_ARGS="${BENCH[*]}" PIPE_ARGS="${PIPE[*]}"
+
+run_step build 300 step_build
+run_step install 60 step_install
+run_step smoke 90 step_smoke
+run_step train 150 step_train
+run_step bench 240 step_bench
+run_step pipeline 150 step_pipeline
+
+"$PY" "$REPO/tools/gpu_check.py" summarize --out "$OUT" --mode "$MODE"
+rc=$?
+echo "gpu_check: $((SECONDS - STARTED)) s in all; results in $OUT"
+exit $rc
