@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 STEPS = ("build", "install", "smoke", "train", "bench", "pipeline")
@@ -175,7 +176,8 @@ def headline(step: dict) -> str:
         return f"Horovod {r['horovod']}, {how}"
     if step["step"] == "install":
         return (f"torch {r['modules'].get('torch')}, Horovod {r['modules'].get('horovod')}, "
-                f"NCCL {'yes' if r.get('nccl_built') else 'no'}, carried: {', '.join(r.get('carried') or []) or 'none'}")
+                f"NCCL {'yes' if r.get('nccl_built') else 'no'}, GPU {r.get('gpu') or 'none'}, "
+                f"carried: {', '.join(r.get('carried') or []) or 'none'}")
     if step["step"] == "smoke":
         probe = r["probe"] or {}
         return f"{r['smoke_checks']} checks ({r['controller']}); all-reduce on {probe.get('device')} ok"
@@ -219,6 +221,10 @@ def summarize(out_dir: Path, mode: str) -> dict:
              {"step": name, "ok": False, "seconds": None, "problems": ["no result (the script stopped?)"],
               "results": {}} for name in STEPS}
     summary = {"mode": mode, "ok": all(s["ok"] for s in steps.values()),
+               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               "host": {"cores": os.cpu_count(), "python": sys.version.split()[0],
+                        **{k: v for k, v in (steps["install"].get("results") or {}).items()
+                           if k in ("gpu", "torch_cuda", "modules")}},
                "seconds": round(sum(s["seconds"] or 0 for s in steps.values()), 1),
                "steps": {name: {"ok": s["ok"], "seconds": s["seconds"], "result": headline(s)}
                          for name, s in steps.items()},
@@ -229,8 +235,12 @@ def summarize(out_dir: Path, mode: str) -> dict:
 
 
 def markdown(summary: dict) -> str:
+    host = summary.get("host") or {}
     lines = [f"# GPU check ({summary['mode']} mode): {'all steps ok' if summary['ok'] else 'FAILED'}, "
              f"{fmt(summary['seconds'])} s of steps", "",
+             f"{summary.get('date', '')}; {host.get('gpu') or 'no GPU'}, {host.get('cores')} cores, "
+             f"Python {host.get('python')}, CUDA {host.get('torch_cuda') or '–'}, "
+             + ", ".join(f"{k} {v}" for k, v in (host.get("modules") or {}).items()), "",
              "| step | ok | seconds | result |", "| --- | --- | --- | --- |"]
     for name, step in summary["steps"].items():
         result = step["result"].replace("|", "/")
@@ -238,7 +248,8 @@ def markdown(summary: dict) -> str:
     lines += ["", "| target | value | met |", "| --- | --- | --- |"]
     for target in summary["targets"]:
         met = {True: "yes", False: "no", None: "–"}[target["met"]]
-        lines.append(f"| {target['target']} | {fmt(target['value'], 2)} | {met} |")
+        value = target["value"]
+        lines.append(f"| {target['target']} | {fmt(value, 3 if value is not None and value < 10 else 1)} | {met} |")
     return "\n".join(lines) + "\n"
 
 

@@ -129,7 +129,7 @@ run_step() {
 }
 
 step_build() {
-    set -e
+    set -eo pipefail
     if [[ "$HOROVOD_BUILD" == reuse ]]; then
         "$PY" - <<'EOF'
 import json, os
