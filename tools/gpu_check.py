@@ -34,9 +34,9 @@ def read_json(path: Path) -> dict | None:
         return None
 
 
-def write_json(path: Path, obj) -> None:
+def write_json(path: Path, obj, sort_keys: bool = True) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=sort_keys) + "\n")
     tmp.replace(path)
 
 
@@ -93,7 +93,8 @@ def extract_train(work: Path, mode: str) -> tuple[dict, list[str]]:
         return {}, ["hvdcls train wrote no summary.json"]
     results = {key: summary.get(key) for key in
                ("val_accuracy", "best_val_accuracy", "images_per_sec", "wall_seconds", "world_size")}
-    results["device"] = (summary.get("config") or {}).get("training", {}).get("device")
+    results["device"] = summary.get("device") or (summary.get("config") or {}).get("training", {}).get("device")
+    results["amp"] = (summary.get("config") or {}).get("training", {}).get("amp")
     accuracy = summary.get("val_accuracy") or 0.0
     problems = [] if accuracy >= ACCURACY_BAR else [f"val accuracy {accuracy:.4f} < {ACCURACY_BAR}"]
     return results, problems
@@ -229,7 +230,7 @@ def summarize(out_dir: Path, mode: str) -> dict:
                "steps": {name: {"ok": s["ok"], "seconds": s["seconds"], "result": headline(s)}
                          for name, s in steps.items()},
                "targets": targets(steps, mode)}
-    write_json(out_dir / "summary.json", summary)
+    write_json(out_dir / "summary.json", summary, sort_keys=False)  # the steps in their order
     (out_dir / "summary.md").write_text(markdown(summary))
     return summary
 

@@ -28,7 +28,8 @@
 # Settings (environment): MODE=gpu|cpu (default gpu), OUT (default runs/gpu_check), PYTHON
 # (default python3), CARRY (default build/gpu_carry), HOROVOD_BUILD=build|reuse (cpu only),
 # BUDGET_S (seconds for all steps; default 420 gpu, 900 cpu), LOADER_WORKERS (default cores-1),
-# CUDA_CC (default 90: H100/H200), KEEP_WORK=1 keeps WORK.
+# CUDA_CC (default 90: H100/H200), BUILD_TIMEOUT_S (the build step's cap; default 300 gpu,
+# 400 cpu), KEEP_WORK=1 keeps WORK.
 set -uo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -209,6 +210,7 @@ export BENCH_ARGS="${BENCH[*]}" PIPE_ARGS="${PIPE[*]}" TRAIN_ARGS="${TRAIN_ARGS:
 # Caps per step (seconds), also bounded by what is left of BUDGET_S. On the GPU a hung step (an
 # NCCL wait, say) must not eat the later steps' time; a loaded 2-core CPU host needs more.
 if [[ "$MODE" == gpu ]]; then CAPS=(300 60 60 120 200 120); else CAPS=(400 120 180 300 300 200); fi
+CAPS[0]=${BUILD_TIMEOUT_S:-${CAPS[0]}}  # a slow or loaded host's build may need more
 run_step build "${CAPS[0]}" step_build
 run_step install "${CAPS[1]}" step_install
 run_step smoke "${CAPS[2]}" step_smoke
