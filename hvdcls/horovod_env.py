@@ -10,6 +10,9 @@ Precedence, weakest first: our default < the environment (what the launcher pass
 `horovodrun --fusion-threshold-mb 64` sets HOROVOD_FUSION_THRESHOLD in every worker's) < a value
 set in the config. Under autotune none of our defaults is set: Horovod leaves a setting its
 environment gives out of the tuning (horovod/common/operations.cc), and would tune neither.
+Nor in elastic mode: with both HOROVOD_FUSION_THRESHOLD and HOROVOD_CYCLE_TIME set, Horovod
+0.28.1's rank 0 crashed (SIGSEGV) re-initialising when discovery added a host (measured here,
+torch, Gloo; either one alone did not), so an elastic run keeps Horovod's own pair.
 """
 from __future__ import annotations
 
@@ -107,24 +110,26 @@ def _autotuned(config: HorovodConfig, environ: Mapping[str, str]) -> bool:
     return bool(config.autotune) or (number is not None and int(number.group()) > 0)
 
 
-def defaults(config: HorovodConfig, environ: Mapping[str, str]) -> dict[str, str]:
-    """Our defaults for the keys the config leaves at null and the environment does not set."""
-    if _autotuned(config, environ):
+def defaults(config: HorovodConfig, environ: Mapping[str, str], elastic: bool = False) -> dict[str, str]:
+    """Our defaults for the keys the config leaves at null and the environment does not set
+    (none under autotune or in elastic mode: see the module's docstring)."""
+    if elastic or _autotuned(config, environ):
         return {}
     return {setting.variable: setting.convert(setting.default, config) for setting in SETTINGS
             if setting.default is not None and getattr(config, setting.key) is None
             and setting.variable not in environ}
 
 
-def to_set(config: HorovodConfig, environ: Mapping[str, str]) -> dict[str, str]:
+def to_set(config: HorovodConfig, environ: Mapping[str, str], elastic: bool = False) -> dict[str, str]:
     """What to set, weakest first: our defaults, then (left as they are) the environment's, then
     the config's own."""
-    return {**defaults(config, environ), **variables(config)}
+    return {**defaults(config, environ, elastic), **variables(config)}
 
 
-def apply(config: HorovodConfig, environ: MutableMapping[str, str] = os.environ) -> dict[str, str]:
+def apply(config: HorovodConfig, environ: MutableMapping[str, str] = os.environ,
+          elastic: bool = False) -> dict[str, str]:
     """Set the variables before hvd.init(); returns the Horovod settings now in force."""
-    wanted = to_set(config, environ)
+    wanted = to_set(config, environ, elastic)
     for setting in SETTINGS:
         if setting.key in FILES and setting.variable in wanted:
             Path(wanted[setting.variable]).parent.mkdir(parents=True, exist_ok=True)

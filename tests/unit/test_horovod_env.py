@@ -148,6 +148,14 @@ def test_no_default_under_autotune(config, environ):
     assert in_force["HOROVOD_FUSION_THRESHOLD"] == in_force["HOROVOD_CYCLE_TIME"] == "default"
 
 
+def test_no_default_in_elastic_mode():
+    """Horovod 0.28.1 crashed re-initialising an elastic world with both set: keep its own."""
+    assert horovod_env.defaults(HorovodConfig(), {}, elastic=True) == {}
+    in_force = horovod_env.apply(HorovodConfig(cycle_time_ms=2), {}, elastic=True)
+    assert in_force["HOROVOD_FUSION_THRESHOLD"] == "default" and in_force["HOROVOD_CYCLE_TIME"] == "2"
+    assert horovod_env.defaults(HorovodConfig(), {}, elastic=False) == OURS
+
+
 def test_autotune_off_in_the_environment_keeps_our_defaults():
     assert horovod_env.defaults(HorovodConfig(), {"HOROVOD_AUTOTUNE": "0"}) == OURS
 
