@@ -16,12 +16,12 @@ POWERSGD = ["horovod.compression=powersgd", "horovod.powersgd.rank=4"]
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def digits_pair(request, tmp_path_factory):
-    """The demo's job (digits, 12 epochs, 2 ranks) uncompressed and with PowerSGD rank 4."""
+def digits_pair(request, tmp_path_factory, demo_run):
+    """The demo's job (digits, 12 epochs, 2 ranks) uncompressed (the run test_train checks too)
+    and with PowerSGD rank 4."""
     work = tmp_path_factory.mktemp(f"powersgd-{request.param}")
-    train("horovodrun", NP, request.param, work / "none", "output.checkpoint_every=0")
     train("horovodrun", NP, request.param, work / "powersgd", "output.keep_checkpoints=3", *POWERSGD)
-    return request.param, work / "none", work / "powersgd"
+    return request.param, demo_run(request.param), work / "powersgd"
 
 
 def test_rank_4_is_within_one_point_of_uncompressed_with_fewer_bytes(digits_pair):
