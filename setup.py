@@ -37,6 +37,7 @@ setup(
         "tensorflow": requirements("tensorflow"),
         "tensorflow-gpu": requirements("tensorflow-gpu"),
         "mpi": ["mpi4py>=4"],
+        "serve": requirements("serve"),  # hvdcls serve / submit / jobs / ... (docs/serve.md)
         "test": requirements("test"),
     },
     entry_points={"console_scripts": ["hvdcls = hvdcls.cli:main"]},

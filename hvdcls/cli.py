@@ -7,6 +7,8 @@
     hvdcls timeline PATH [--json]           Horovod's timeline as a few numbers (communication share)
     hvdcls report RUN_DIR [RUN_DIR ...]     runs side by side: a PNG and a Markdown table
     hvdcls bench [--np 1 2] [--model ...]   step throughput beside DDP and raw Horovod
+    hvdcls serve --hosts a:2,b:2            a job queue over HTTP; then submit, jobs, status,
+                                            logs -f, cancel (hvdcls/serve/commands.py)
     horovodrun -np 2 -H localhost:2 --gloo hvdcls smoke --backend torch
     mpirun -np 2 --allow-run-as-root hvdcls smoke --backend tensorflow
 
@@ -165,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (add_train, add_data, add_doctor, add_smoke, add_demo, add_timeline, add_report,
                 add_bench):
         add(sub)
+    importlib.import_module("hvdcls.serve.commands").add_parsers(sub)  # argparse only
     return parser
 
 

@@ -224,12 +224,15 @@ DIGITS_DEFAULTS = {
 
 
 def load(config_file: Optional[Path] = None, overrides: list[str] = (),
-         flags: Optional[dict[str, Any]] = None) -> Config:
-    """Defaults (+ DIGITS_DEFAULTS for digits) <- YAML file <- `key=value` overrides <- flags;
-    then validate()."""
+         flags: Optional[dict[str, Any]] = None, settings: Optional[dict] = None) -> Config:
+    """Defaults (+ DIGITS_DEFAULTS for digits) <- YAML file <- `settings` (a mapping shaped
+    like the file: `hvdcls serve`'s job specs) <- `key=value` overrides <- flags; then
+    validate()."""
     layers = []
     if config_file is not None:
         layers.append((f"file {config_file}", _read_yaml(Path(config_file))))
+    if settings:
+        layers.append(("settings", _guard(lambda: OmegaConf.create(settings), "settings")))
     if overrides:
         layers.append(("override", _guard(lambda: _from_dotlist(_parse_overrides(list(overrides))),
                                           "override")))
@@ -302,6 +305,11 @@ def _read_yaml(path: Path):
     if not isinstance(loaded, type(OmegaConf.create({}))):
         raise UserError(f"config file {path} must hold a mapping of sections (model:, data:, ...)")
     return loaded
+
+
+def read_file(path: Path) -> dict:
+    """A YAML config file as a plain mapping (checked like --config; validated by load)."""
+    return OmegaConf.to_container(_read_yaml(Path(path)))
 
 
 def _nest(flat: dict[str, Any]) -> dict:

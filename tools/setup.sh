@@ -3,7 +3,8 @@
 #
 #   1. OpenMPI, a C++ compiler and CMake from Debian's packages, installed when missing;
 #   2. a virtual environment (.venv) with torch + torchvision, TensorFlow (Keras 3), mpi4py
-#      built against that OpenMPI, the test tools, and this package (editable);
+#      built against that OpenMPI, the service's extra (hvdcls[serve]: FastAPI, uvicorn,
+#      SQLAlchemy, pydantic, httpx), the test tools, and this package (editable);
 #   3. Horovod 0.28.1 built for this exact environment by tools/horovod_wheel.py, cached
 #      under ~/.cache/hvdcls/wheels and reused on the next run.
 #
@@ -67,7 +68,7 @@ ensure_venv() {
 requirement_files() {
     local tf=requirements/tensorflow.txt
     [ "$GPU" = 1 ] && tf=requirements/tensorflow-gpu.txt
-    echo requirements/core.txt requirements/torch.txt "$tf" requirements/test.txt
+    echo requirements/core.txt requirements/serve.txt requirements/torch.txt "$tf" requirements/test.txt
 }
 
 ensure_python_packages() {

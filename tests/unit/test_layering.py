@@ -21,6 +21,8 @@ ALLOWED = {
     "hvdcls.checks": {CORE},
     "hvdcls.training": {CORE, "hvdcls.data", "hvdcls.observe"},
     "hvdcls.bench": {CORE, "hvdcls.data"},
+    # The service launches `hvdcls train` as processes: it never imports training or a framework.
+    "hvdcls.serve": {CORE},
     # Backends implement the contract over the data's batches; never the loop nor the bench.
     "torch_backend": {CORE, "hvdcls.data", "hvdcls.checks"},
     "tf_backend": {CORE, "hvdcls.data", "hvdcls.checks"},

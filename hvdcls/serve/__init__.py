@@ -1,0 +1,13 @@
+"""`hvdcls serve`: a training service on a fixed host inventory (docs/serve.md).
+
+    spec.py       what a job may ask for (pydantic), checked with `hvdcls train`'s own validation
+    scheduler.py  gang FIFO with backfill that cannot delay the head (pure logic)
+    store.py      the job table over SQLite (WAL): the queue, surviving restarts
+    runner.py     one run directory and one process group per job: `horovodrun ... hvdcls train`
+    service.py    the loop: reconcile after a restart, reap, cancel, schedule, launch
+    app.py        the HTTP API (FastAPI) and /metrics; server start-up (uvicorn, token)
+    client.py     the CLI side (httpx): submit, jobs, status, logs, cancel
+
+Framework-free, like the rest of the core; FastAPI, uvicorn, SQLAlchemy, pydantic and httpx
+are the optional `hvdcls[serve]` extra, imported only when a serve command runs.
+"""

@@ -1,0 +1,135 @@
+"""The CLI side of the service (httpx): submit, jobs, status, logs, cancel.
+
+The address and token come from the flags, the environment ($HVDCLS_SERVE_URL,
+$HVDCLS_SERVE_TOKEN), else the service's state directory (server.json, token). Every refusal
+by the service is one line and exit status 2, like any other bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import httpx
+
+from hvdcls import config as cfg
+from hvdcls import tables
+from hvdcls.errors import UserError
+
+
+class Client:
+    def __init__(self, url: str, token: Optional[str]):
+        self.url = url
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=url, headers=headers, timeout=httpx.Timeout(30, read=None))
+
+    def call(self, method: str, path: str, **kwargs):
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.TransportError as err:
+            raise UserError(f"no hvdcls service answers at {self.url} ({err}); start one with "
+                            "`hvdcls serve`, or give --url / --state-dir") from None
+        if response.status_code >= 400:
+            raise UserError(f"{response.status_code}: {detail(response)}")
+        return response.json()
+
+    def stream(self, path: str, params: dict):
+        try:
+            with self.http.stream("GET", path, params=params) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise UserError(f"{response.status_code}: {detail(response)}")
+                yield from response.iter_bytes()
+        except httpx.TransportError as err:
+            raise UserError(f"the service at {self.url} went away ({err})") from None
+
+
+def detail(response: httpx.Response) -> str:
+    """FastAPI's error body as one line: its message, or pydantic's `field: problem` list."""
+    try:
+        found = response.json().get("detail", response.text)
+    except ValueError:
+        return response.text.strip()
+    if isinstance(found, list):
+        return "; ".join(f"{'.'.join(map(str, e.get('loc', [])[1:]))}: {e.get('msg')}" for e in found)
+    return str(found)
+
+
+def connect(args: argparse.Namespace) -> Client:
+    state_dir = Path(args.state_dir).expanduser()
+    url = args.url or os.environ.get("HVDCLS_SERVE_URL")
+    if not url:
+        try:
+            url = json.loads((state_dir / "server.json").read_text())["url"]
+        except (OSError, ValueError, KeyError):
+            raise UserError(f"no service address: give --url, set HVDCLS_SERVE_URL, or --state-dir of "
+                            f"a running `hvdcls serve` (no {state_dir / 'server.json'})") from None
+    token = os.environ.get("HVDCLS_SERVE_TOKEN")
+    if token is None and (state_dir / "token").is_file():
+        token = (state_dir / "token").read_text().strip()
+    return Client(url, token)
+
+
+def submit(args: argparse.Namespace) -> int:
+    spec = {"backend": args.backend, "np": args.np, "overrides": args.overrides, "name": args.name,
+            "requeue": args.requeue, "settings": cfg.read_file(args.config) if args.config else {}}
+    job = connect(args).call("POST", "/jobs", json=spec)
+    print(f"job {job['id']} {job['state']} ({job['np']} slots, {job['backend']})")
+    return 0
+
+
+def when(seconds: Optional[float]) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(seconds)) if seconds else "-"
+
+
+def hosts_text(hosts: Optional[dict]) -> str:
+    return ",".join(f"{h}:{n}" for h, n in hosts.items()) if hosts else "-"
+
+
+def progress_text(job: dict) -> str:
+    done = job.get("progress")
+    return f"{100 * done['fraction']:.0f}% (epoch {done['epoch']}/{done['epochs']})" if done else "-"
+
+
+def jobs(args: argparse.Namespace) -> int:
+    params = {"state": args.job_state} if args.job_state else {}
+    rows = [[str(j["id"]), j["name"] or "-", j["state"], j["backend"], str(j["np"]), hosts_text(j["hosts"]),
+             progress_text(j), when(j["submitted_at"])] for j in connect(args).call("GET", "/jobs", params=params)]
+    print("\n".join(tables.text(["ID", "NAME", "STATE", "BACKEND", "NP", "HOSTS", "PROGRESS", "SUBMITTED"],
+                                rows, align=">")))
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    job = connect(args).call("GET", f"/jobs/{args.job}")
+    if args.json:
+        print(json.dumps(job, indent=2, sort_keys=True))
+        return 0
+    for label, value in (("job", f"{job['id']} {job['name'] or ''}".strip()), ("state", job["state"]),
+                         ("backend", f"{job['backend']}, np {job['np']}"), ("hosts", hosts_text(job["hosts"])),
+                         ("progress", progress_text(job)), ("run dir", job["run_dir"] or "-"),
+                         ("last metrics", json.dumps(job.get("last_metrics")) if job.get("last_metrics") else "-"),
+                         ("exit status", job["exit_status"])):
+        print(f"{label:>13}: {value if value is not None else '-'}")
+    if job["message"]:
+        print(job["message"])
+    return 0
+
+
+def logs(args: argparse.Namespace) -> int:
+    params = {"follow": args.follow, "stream": "stderr" if args.stderr else "stdout"}
+    for chunk in connect(args).stream(f"/jobs/{args.job}/logs", params):
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+    return 0
+
+
+def cancel(args: argparse.Namespace) -> int:
+    job = connect(args).call("POST", f"/jobs/{args.job}/cancel")
+    pending = job["state"] == "running"
+    print(f"job {job['id']} {'cancelling (SIGTERM sent)' if pending else job['state']}")
+    return 0

@@ -1,0 +1,96 @@
+"""The service's subcommands for `hvdcls` (serve, submit, jobs, status, logs, cancel).
+
+Only argparse here: FastAPI, uvicorn and httpx are imported when a command runs, so
+`hvdcls --help` works without the `hvdcls[serve]` extra.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+from pathlib import Path
+
+from hvdcls import registry
+
+DEFAULT_STATE_DIR = Path(os.environ.get("HVDCLS_STATE_DIR", "~/.hvdcls/serve")).expanduser()
+DEFAULT_PORT = 8470
+
+
+def client(name: str):
+    """A handler calling hvdcls.serve.client.<name>(args), imported on use."""
+    return lambda args: getattr(importlib.import_module("hvdcls.serve.client"), name)(args)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    scheduler = importlib.import_module("hvdcls.serve.scheduler")
+    from hvdcls.errors import UserError
+
+    if bool(args.hosts) == bool(args.hosts_file):
+        raise UserError("give the host inventory with --hosts HOST:SLOTS,... or --hosts-file FILE (one)")
+    if args.hosts_file and not args.hosts_file.is_file():
+        raise UserError(f"--hosts-file {args.hosts_file}: no such file")
+    inventory = scheduler.parse_hosts(args.hosts or args.hosts_file.read_text())
+    for root in args.data_root:
+        if not root.is_absolute() or not root.is_dir():
+            raise UserError(f"--data-root {root}: must be an existing directory, given as an absolute path")
+    settings = importlib.import_module("hvdcls.serve.service").Settings(
+        state_dir=args.state_dir.expanduser().absolute(), inventory=inventory, data_roots=args.data_root,
+        ssh_port=args.ssh_port, grace_seconds=args.grace_seconds)
+    return importlib.import_module("hvdcls.serve.app").serve(settings, args.bind, args.port)
+
+
+def add_serve(sub) -> None:
+    parser = sub.add_parser("serve", help="a training service: a queue of jobs on a host inventory "
+                            "(HTTP API; docs/serve.md)")
+    parser.add_argument("--hosts", help="inventory HOST:SLOTS,... e.g. worker1:2,worker2:2")
+    parser.add_argument("--hosts-file", type=Path, help="one HOST:SLOTS per line")
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
+                        help=f"job table, run directories, token (default {DEFAULT_STATE_DIR})")
+    parser.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"0: any free port (default {DEFAULT_PORT})")
+    parser.add_argument("--data-root", type=Path, action="append", default=[], metavar="DIR",
+                        help="jobs may read data (and resume checkpoints) under DIR; repeatable")
+    parser.add_argument("--ssh-port", type=int, help="horovodrun's -p for remote hosts")
+    parser.add_argument("--grace-seconds", type=float, default=10.0,
+                        help="cancel: SIGTERM, then SIGKILL after this long (default 10)")
+    parser.set_defaults(handler=run_serve)
+
+
+def add_connection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", help="the service (default: $HVDCLS_SERVE_URL, else STATE_DIR/server.json)")
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
+                        help="where the service keeps its token and address")
+
+
+def add_client_commands(sub) -> None:
+    submit = sub.add_parser("submit", help="queue an `hvdcls train` run on the service")
+    submit.add_argument("--backend", choices=registry.names(), default="torch")
+    submit.add_argument("--np", type=int, required=True, help="processes (slots), started together")
+    submit.add_argument("--config", type=Path, help="YAML file, as for hvdcls train")
+    submit.add_argument("--name")
+    submit.add_argument("--requeue", action="store_true",
+                        help="requeue (resuming) instead of failing if a restart finds it gone")
+    submit.add_argument("overrides", nargs="*", metavar="key=value")
+    submit.set_defaults(handler=client("submit"))
+    jobs = sub.add_parser("jobs", help="the service's queue and what runs where")
+    jobs.add_argument("--state", dest="job_state", help="only jobs in this state")
+    jobs.set_defaults(handler=client("jobs"))
+    status = sub.add_parser("status", help="one job: state, hosts, progress, last metrics, run directory")
+    status.add_argument("job", type=int)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(handler=client("status"))
+    logs = sub.add_parser("logs", help="a job's output")
+    logs.add_argument("job", type=int)
+    logs.add_argument("-f", "--follow", action="store_true", help="until the job ends")
+    logs.add_argument("--stderr", action="store_true")
+    logs.set_defaults(handler=client("logs"))
+    cancel = sub.add_parser("cancel", help="cancel a queued or running job")
+    cancel.add_argument("job", type=int)
+    cancel.set_defaults(handler=client("cancel"))
+    for parser in (submit, jobs, status, logs, cancel):
+        add_connection(parser)
+
+
+def add_parsers(sub) -> None:
+    add_serve(sub)
+    add_client_commands(sub)

@@ -1,0 +1,84 @@
+"""What a job may ask for: one `hvdcls train` run, and nothing else.
+
+A spec names a backend, a process count and the run's settings (a mapping shaped like a
+`--config` file, plus `key=value` overrides). It is checked by the same code as `hvdcls train`
+(hvdcls.config.load), so a bad key is named exactly as the command line would name it. There is
+no free-form command; every path it names must lie under one of the service's data roots, and
+the paths the service owns (the run directory, Horovod's trace files) cannot be set.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from hvdcls import config as cfg
+from hvdcls import registry
+from hvdcls.errors import UserError
+
+# Keys the service sets itself: each job writes only into its own run directory.
+SERVICE_OWNED = {
+    "output.dir": "the service runs each job in its own run directory",
+    "horovod.timeline": "a path the service does not control",
+    "horovod.autotune_log": "a path the service does not control",
+}
+# Keys naming inputs: allowed only under the service's data roots.
+DATA_PATHS = ("data.path", "training.resume")
+
+
+class JobSpec(BaseModel):
+    """The body of POST /jobs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: str = "torch"
+    np: int = Field(ge=1, description="processes (slots), started together")
+    settings: dict[str, Any] = Field(default_factory=dict,
+                                     description="config sections, as in a --config YAML file")
+    overrides: list[str] = Field(default_factory=list, description="key=value, as on the command line")
+    name: Optional[str] = Field(default=None, max_length=100)
+    requeue: bool = Field(default=False, description="if a restart finds the job's processes gone: "
+                          "queue it again, resuming from its latest checkpoint, instead of failing it")
+
+    @field_validator("backend")
+    @classmethod
+    def known_backend(cls, value: str) -> str:
+        if value not in registry.names():
+            raise ValueError(f"unknown backend {value!r}: choose one of {', '.join(registry.names())}")
+        return value
+
+
+def resolve(spec: JobSpec, data_roots: list[Path]) -> cfg.Config:
+    """The run's validated config; UserError naming the key when the spec is not allowed."""
+    config = cfg.load(settings=spec.settings, overrides=spec.overrides)
+    for key, why in SERVICE_OWNED.items():
+        if cfg.get(config, key) is not None:
+            raise UserError(f"config {key}: cannot be set in a job spec ({why})")
+    if config.training.elastic:
+        raise UserError("config training.elastic=true: elastic jobs are not run by the service yet")
+    for key in DATA_PATHS:
+        value = cfg.get(config, key)
+        if value is not None and not under_any(Path(value), data_roots):
+            roots = ", ".join(map(str, data_roots)) or "none: start the service with --data-root"
+            raise UserError(f"config {key}={value!r}: not under the service's data roots ({roots})")
+    return config
+
+
+def under_any(path: Path, roots: list[Path]) -> bool:
+    """Is `path` (symbolic links followed, `..` resolved) inside one of `roots`?"""
+    if not path.is_absolute():
+        return False  # relative to what? The service's working directory is no one's business
+    real = path.resolve()
+    return any(real == root.resolve() or root.resolve() in real.parents for root in roots)
+
+
+def job_config(config: cfg.Config, run_dir: Path, resume: Optional[Path] = None) -> cfg.Config:
+    """The config the job runs with: its run directory, progress as plain lines (the service
+    reads them), and a checkpoint to resume from when requeued."""
+    output = dataclasses.replace(config.output, dir=str(run_dir), progress="lines")
+    training = config.training
+    if resume is not None:
+        training = dataclasses.replace(training, resume=str(resume))
+    return dataclasses.replace(config, output=output, training=training)

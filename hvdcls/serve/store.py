@@ -1,0 +1,102 @@
+"""The job table: the queue itself, in SQLite (WAL), so that a restart loses nothing.
+
+Job ids grow with submission, so "queued, ordered by id" is the queue. Every change is one short
+transaction; SQLite serialises the writers (the API's threads and the service loop) and WAL lets
+readers go on meanwhile.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from sqlalchemy import Boolean, Float, Integer, String, Text, create_engine, event, func, select
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded", "failed", "cancelled"
+STATES = (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
+FINAL = (SUCCEEDED, FAILED, CANCELLED)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[Optional[str]] = mapped_column(String(100))
+    state: Mapped[str] = mapped_column(String(16), index=True, default=QUEUED)
+    backend: Mapped[str] = mapped_column(String(32))
+    np: Mapped[int] = mapped_column(Integer)
+    epochs: Mapped[int] = mapped_column(Integer)  # from its validated config: progress
+    spec: Mapped[str] = mapped_column(Text)  # the JobSpec as submitted (JSON)
+    requeue: Mapped[bool] = mapped_column(Boolean, default=False)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[Optional[float]] = mapped_column(Float)
+    first_step_at: Mapped[Optional[float]] = mapped_column(Float)
+    ended_at: Mapped[Optional[float]] = mapped_column(Float)
+    hosts: Mapped[Optional[str]] = mapped_column(Text)  # its allocation (JSON host -> slots)
+    run_dir: Mapped[Optional[str]] = mapped_column(Text)
+    pid: Mapped[Optional[int]] = mapped_column(Integer)  # the job's process group leader
+    pid_start: Mapped[Optional[int]] = mapped_column(Integer)  # its start time (pid reuse guard)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    cancel_requested_at: Mapped[Optional[float]] = mapped_column(Float)
+    exit_status: Mapped[Optional[int]] = mapped_column(Integer)
+    message: Mapped[Optional[str]] = mapped_column(Text)  # why it failed: reason + last log lines
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {c.name: getattr(self, c.name) for c in self.__table__.columns}
+        out["spec"] = json.loads(self.spec)
+        out["hosts"] = json.loads(self.hosts) if self.hosts else None
+        return out
+
+
+class Store:
+    def __init__(self, path: Path):
+        self.engine = create_engine(f"sqlite:///{path}", connect_args={"timeout": 30,
+                                                                       "check_same_thread": False})
+        event.listen(self.engine, "connect", _sqlite_pragmas)
+        Base.metadata.create_all(self.engine)
+        self.session = sessionmaker(self.engine, expire_on_commit=False)
+
+    def add(self, spec: dict, np: int, backend: str, name: Optional[str], requeue: bool,
+            epochs: int) -> Job:
+        with self.session.begin() as session:
+            job = Job(spec=json.dumps(spec, sort_keys=True), np=np, backend=backend, name=name,
+                      requeue=requeue, epochs=epochs, state=QUEUED, submitted_at=time.time(), attempts=0)
+            session.add(job)
+        return job
+
+    def get(self, job_id: int) -> Optional[Job]:
+        with self.session() as session:
+            return session.get(Job, job_id)
+
+    def list(self, states: tuple[str, ...] = STATES) -> list[Job]:
+        with self.session() as session:
+            return list(session.scalars(select(Job).where(Job.state.in_(states)).order_by(Job.id)))
+
+    def update(self, job_id: int, expect: Optional[tuple[str, ...]] = None, **fields) -> Optional[Job]:
+        """Set `fields` on the job if its state is one of `expect` (any when None); the job
+        after the change, or None when it was not in an expected state."""
+        with self.session.begin() as session:
+            job = session.get(Job, job_id)
+            if job is None or (expect is not None and job.state not in expect):
+                return None
+            for key, value in fields.items():
+                setattr(job, key, value)
+        return job
+
+    def counts(self) -> dict[str, int]:
+        with self.session() as session:
+            rows = session.execute(select(Job.state, func.count()).group_by(Job.state))
+            return {**dict.fromkeys(STATES, 0), **{state: n for state, n in rows}}
+
+
+def _sqlite_pragmas(connection, _record) -> None:
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()

@@ -1,0 +1,126 @@
+"""hvdcls.serve: a spec is checked like `hvdcls train` (the bad key named), can only describe a
+train run inside the data roots; the job table survives a restart, which reconciles what it
+left running."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from pydantic import ValidationError
+
+from hvdcls import config as cfg
+from hvdcls.errors import UserError
+from hvdcls.serve import runner
+from hvdcls.serve.service import Service, Settings, TooLarge
+from hvdcls.serve.spec import JobSpec, job_config, resolve
+from hvdcls.serve.store import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED
+
+
+def test_a_spec_is_validated_by_the_train_config_code(tmp_path):
+    spec = JobSpec(np=2, settings={"training": {"epochs": 3}}, overrides=["optimizer.lr=0.2"])
+    config = resolve(spec, [])
+    assert (config.training.epochs, config.optimizer.lr) == (3, 0.2)
+    assert config == cfg.load(overrides=["training.epochs=3", "optimizer.lr=0.2"])
+    for settings, overrides, words in (
+            ({"training": {"epohcs": 3}}, [], "training.epohcs"),
+            ({}, ["training.batch_size=0"], "training.batch_size=0: must be > 0"),
+            ({"optimizer": {"name": "lamb"}}, [], "optimizer.name='lamb': choose one of sgd"),
+            ({"training": 3}, [], "training: is a section")):
+        with pytest.raises(UserError, match=words.replace("(", r"\(")):
+            resolve(JobSpec(np=1, settings=settings, overrides=overrides), [])
+
+
+def test_a_spec_is_a_train_run_and_nothing_else():
+    with pytest.raises(ValidationError, match="command"):
+        JobSpec(np=1, command="rm -rf /")
+    with pytest.raises(ValidationError, match="unknown backend 'mxnet'"):
+        JobSpec(np=1, backend="mxnet")
+    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+        JobSpec(np=0)
+    for override, words in (("output.dir=/etc", "output.dir: cannot be set"),
+                            ("horovod.timeline=/tmp/t.json", "horovod.timeline: cannot be set"),
+                            ("training.elastic=true", "elastic jobs are not run by the service yet")):
+        with pytest.raises(UserError, match=words):
+            resolve(JobSpec(np=1, overrides=[override]), [])
+
+
+def test_data_paths_must_lie_under_a_data_root(tmp_path):
+    root, outside = tmp_path / "data", tmp_path / "elsewhere"
+    (root / "pets").mkdir(parents=True)
+    outside.mkdir()
+    (root / "escape").symlink_to(outside)
+    assert resolve(JobSpec(np=1, overrides=[f"data.path={root / 'pets'}"]), [root]).data.path == str(root / "pets")
+    for path in (outside, root / "pets" / ".." / ".." / "elsewhere", root / "escape", "relative/pets"):
+        with pytest.raises(UserError, match="not under the service's data roots"):
+            resolve(JobSpec(np=1, overrides=[f"data.path={path}"]), [root])
+    with pytest.raises(UserError, match=r"training.resume=.*none: start the service with --data-root"):
+        resolve(JobSpec(np=1, overrides=[f"training.resume={root}"]), [])
+
+
+def test_the_job_runs_in_its_run_directory_with_progress_lines(tmp_path):
+    config = job_config(resolve(JobSpec(np=1), []), tmp_path, resume=tmp_path)
+    assert (config.output.dir, config.output.progress, config.training.resume) == \
+        (str(tmp_path), "lines", str(tmp_path))
+    cfg.validate(config)
+
+
+@pytest.fixture
+def service(tmp_path):
+    return Service(Settings(state_dir=tmp_path / "state", inventory={"localhost": 2}))
+
+
+def test_submit_queues_in_order_and_refuses_what_can_never_run(service):
+    ids = [service.submit(JobSpec(np=n)).id for n in (2, 1, 2)]
+    assert [j.id for j in service.store.list((QUEUED,))] == ids == sorted(ids)
+    assert service.store.get(ids[0]).epochs == 12  # the digits' default, from the validated config
+    with pytest.raises(TooLarge, match="np=3: the inventory has 2 slots"):
+        service.submit(JobSpec(np=3))
+    assert service.cancel(ids[1]).state == CANCELLED
+    assert service.store.counts() == {QUEUED: 2, RUNNING: 0, SUCCEEDED: 0, FAILED: 0, CANCELLED: 1}
+
+
+def dead_process() -> tuple[int, int]:
+    """A pid and start time of a process that has ended (and been reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = runner.start_time(child.pid)
+    child.wait()
+    return child.pid, started
+
+
+def left_running(service, run_dir, requeue=False, exit_code=None):
+    """A job the previous service left running, whose process is gone."""
+    job = service.submit(JobSpec(np=1, requeue=requeue))
+    pid, started = dead_process()
+    run_dir.mkdir(parents=True)
+    (run_dir / runner.STDERR).write_text("Traceback ...\nRuntimeError: out of memory\n")
+    if exit_code is not None:
+        (run_dir / runner.EXIT).write_text(json.dumps({"returncode": exit_code}))
+    service.store.update(job.id, state=RUNNING, pid=pid, pid_start=started, run_dir=str(run_dir),
+                         hosts=json.dumps({"localhost": 1}), started_at=1.0)
+    return job.id
+
+
+def test_a_restart_reconciles_the_jobs_left_running(tmp_path):
+    before = Service(Settings(state_dir=tmp_path / "state", inventory={"localhost": 4}))
+    gone = left_running(before, tmp_path / "gone")
+    again = left_running(before, tmp_path / "again", requeue=True)
+    ended = left_running(before, tmp_path / "ended", exit_code=0)
+    alive = before.submit(JobSpec(np=1)).id
+    before.store.update(alive, state=RUNNING, pid=os.getpid(), pid_start=runner.start_time(os.getpid()),
+                        run_dir=str(tmp_path), hosts=json.dumps({"localhost": 1}))
+    after = Service(Settings(state_dir=tmp_path / "state", inventory={"localhost": 4}))  # same table
+    after.reconcile()
+    states = {j: after.store.get(j) for j in (gone, again, ended, alive)}
+    assert states[gone].state == FAILED
+    assert states[gone].message.splitlines() == ["its processes were gone when the service restarted",
+                                                 "Traceback ...", "RuntimeError: out of memory"]
+    assert (states[again].state, states[again].hosts) == (QUEUED, None)
+    assert (states[ended].state, states[ended].exit_status) == (SUCCEEDED, 0)
+    assert states[alive].state == RUNNING  # adopted
+
+
+def test_a_recycled_pid_is_not_taken_for_the_job():
+    assert runner.alive(os.getpid(), runner.start_time(os.getpid()))
+    assert not runner.alive(os.getpid(), runner.start_time(os.getpid()) - 1)
+    assert not runner.alive(*dead_process())
