@@ -127,6 +127,8 @@ def has_checkpoint(run_dir: Path) -> bool:
 
 
 def failure_message(run_dir: Path, reason: str, lines: int = 20) -> str:
-    """The reason, then the last lines of the job's output (stderr, else stdout)."""
-    last = tail(run_dir / STDERR, lines) or tail(run_dir / STDOUT, lines)
-    return "\n".join([reason, *last])
+    """The reason with the ranks' own one-line error (`hvdcls: error: ...`) when there is one,
+    then the last lines of the job's output (stderr, else stdout)."""
+    last = tail(run_dir / STDERR, lines=200) or tail(run_dir / STDOUT, lines=200)
+    said = [line.split("hvdcls: error: ", 1)[1] for line in last if "hvdcls: error: " in line]
+    return "\n".join([f"{reason}: {said[0]}" if said else reason, *last[-lines:]])

@@ -1,0 +1,302 @@
+"""`hvdcls serve` for real: uvicorn on a free localhost port, a 4-slot inventory (localhost:4),
+tiny jobs (digits, compact_cnn, a few epochs, both backends) under horovodrun.
+
+One workload, run once by the module fixture, and read by the tests:
+
+    A  torch       np 2  long          runs at once; cancelled after its first step
+    C  tensorflow  np 2  4 epochs      runs beside A; killed while the service is down (requeue)
+    D  torch       np 2  3 epochs      waits for A's slots; running across the restart (adopted)
+    G  torch       np 1  empty data    waits behind D (no backfill: nothing free); fails
+    + 50 np-3 jobs in a burst while A and C hold the slots: queued, then cancelled
+
+Assertions that must hold: queue order and gang starts; cancel ends a running job (its slots go
+to the next); a restart adopts the live job and requeues (resuming) the one whose processes
+vanished; the finished jobs have identical weights on their ranks and digits accuracy; bad
+requests get 401/404/422/400 naming the problem; no submission of the burst is lost.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hvdcls import launch
+from tests.run_files import read_json, read_metrics
+
+pytestmark = pytest.mark.parallel
+REPO = Path(__file__).resolve().parents[2]
+DIGITS = ["--config", str(REPO / "configs" / "digits.yaml")]
+FINAL = ("succeeded", "failed", "cancelled")
+QUICK = {"schedule": {"warmup_epochs": 0}, "training": {"log_every": 1}}
+
+
+class Server:
+    """`hvdcls serve` as a subprocess; restartable on the same state directory."""
+
+    def __init__(self, state_dir: Path, data_root: Path, log: Path):
+        self.state_dir, self.data_root, self.log = state_dir, data_root, log
+        self.process = None
+
+    def start(self) -> None:
+        (self.state_dir / "server.json").unlink(missing_ok=True)
+        command = launch.hvdcls_command("serve", "--hosts", "localhost:4", "--state-dir", str(self.state_dir),
+                                        "--port", "0", "--data-root", str(self.data_root), "--grace-seconds", "5")
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env())
+        deadline = time.time() + 60
+        while not (self.state_dir / "server.json").exists():
+            assert self.process.poll() is None and time.time() < deadline, self.log.read_text()[-3000:]
+            time.sleep(0.1)
+        self.url = json.loads((self.state_dir / "server.json").read_text())["url"]
+        token = (self.state_dir / "token").read_text().strip()
+        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=30)
+
+    def job(self, job_id: int) -> dict:
+        return self.http.get(f"/jobs/{job_id}").json()
+
+    def submit(self, np: int, backend: str = "torch", settings=None, **extra) -> int:
+        reply = self.http.post("/jobs", json={"np": np, "backend": backend, "settings": settings or QUICK, **extra})
+        assert reply.status_code == 201, reply.text
+        return reply.json()["id"]
+
+    def wait(self, job_id: int, until, timeout: float = 240) -> dict:
+        deadline = time.time() + timeout
+        while True:
+            job = self.job(job_id)
+            if until(job):
+                return job
+            assert time.time() < deadline, (job, self.log.read_text()[-3000:])
+            time.sleep(0.2)
+
+
+def env() -> dict:
+    environ = launch.single_host_env()
+    environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environ['PATH']}"
+    environ["PYTHONPATH"] = str(REPO)
+    return environ
+
+
+def cli(state_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(launch.hvdcls_command(*args, "--state-dir", str(state_dir)), env=env(),
+                          capture_output=True, text=True, timeout=300)
+
+
+def epochs(n: int) -> dict:
+    return {**QUICK, "training": {**QUICK["training"], "epochs": n}, "output": {"checkpoint_every": 1}}
+
+
+def refusals(server: Server, bad_token: httpx.Client) -> dict:
+    """What the service answers to requests it must refuse: (status, message)."""
+    def seen(reply):
+        return reply.status_code, reply.json()["detail"]
+
+    return {
+        "no token": seen(httpx.post(f"{server.url}/jobs", json={"np": 1})),
+        "wrong token": seen(bad_token.post("/jobs", json={"np": 1})),
+        "cancel wrong token": seen(bad_token.post("/jobs/1/cancel")),
+        "bad key": seen(server.http.post("/jobs", json={"np": 1, "overrides": ["training.epohcs=2"]})),
+        "bad value": seen(server.http.post("/jobs", json={"np": 1, "settings": {"optimizer": {"lr": -1}}})),
+        "outside roots": seen(server.http.post("/jobs", json={"np": 1, "overrides": ["data.path=/etc"]})),
+        "command": seen(server.http.post("/jobs", json={"np": 1, "command": "sh -c id"})),
+        "unknown job": seen(server.http.get("/jobs/99999")),
+        "cancel unknown": seen(server.http.post("/jobs/99999/cancel")),
+        "too large": seen(server.http.post("/jobs", json={"np": 5})),
+    }
+
+
+def processes_running(argument: Path, wait: float) -> list[str]:
+    """Command lines naming `argument` still running after up to `wait` seconds."""
+    deadline = time.time() + wait
+    while True:
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(argument) in text:
+                found.append(text)
+        if not found or time.time() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+def metric(text: str, name: str) -> float:
+    return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")))
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory):
+    root = tmp_path_factory.mktemp("serve")
+    (root / "data" / "empty").mkdir(parents=True)
+    server = Server(root / "state", root / "data", root / "serve.log")
+    seen: dict = {"server": server}
+    server.start()
+    try:
+        run_workload(server, seen, root)
+    finally:
+        end_everything(server)
+    return seen
+
+
+def end_everything(server: Server) -> None:
+    """Leave no job running, whatever happened: cancel through the service, then kill."""
+    pids = []
+    try:
+        running = server.http.get("/jobs", params={"state": "running"}).json()
+        pids = [job["pid"] for job in running if job["pid"]]
+        for job in running:
+            server.http.post(f"/jobs/{job['id']}/cancel")
+        for job in running:
+            server.wait(job["id"], lambda j: j["state"] in FINAL, timeout=30)
+    finally:
+        if server.process.poll() is None:
+            server.stop()
+        for pid in pids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def run_workload(server: Server, seen: dict, root: Path) -> None:
+    a = server.submit(2, settings=epochs(50), name="A")
+    c = server.submit(2, "tensorflow", settings=epochs(4), name="C", requeue=True)
+    server.wait(c, lambda j: j["state"] == "running")
+    seen["refusals"] = refusals(server, httpx.Client(base_url=server.url, headers={"Authorization": "Bearer x"}))
+    seen["cli bad key"] = cli(server.state_dir, "submit", "--np", "1", "training.epohcs=2")
+    with ThreadPoolExecutor(8) as pool:  # the burst: 50 at once; none fits (2 free, 3 each)
+        seen["burst"] = list(pool.map(lambda i: server.submit(3, name=f"burst-{i}"), range(50)))
+    seen["burst queued"] = server.http.get("/jobs", params={"state": "queued"}).json()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda j: server.http.post(f"/jobs/{j}/cancel"), seen["burst"]))
+    d = server.submit(2, settings=epochs(3), name="D")
+    g = server.submit(1, settings={**QUICK, "data": {"path": str(root / "data" / "empty")}}, name="G")
+    seen["ids"] = {"A": a, "C": c, "D": d, "G": g}
+    seen["A first step"] = server.wait(a, lambda j: j["first_step_at"] is not None)
+    seen["C first step"] = server.wait(c, lambda j: j["first_step_at"] is not None)
+    seen["metrics while full"] = server.http.get("/metrics").text
+    seen["hosts while full"] = server.http.get("/hosts").json()
+    seen["G while full"] = server.job(g)
+    cancelled_at = time.time()
+    server.http.post(f"/jobs/{a}/cancel")
+    seen["A"] = server.wait(a, lambda j: j["state"] in FINAL)
+    seen["cancel seconds"] = time.time() - cancelled_at
+    seen["A ranks left"] = processes_running(Path(seen["A"]["run_dir"]) / "job.yaml", wait=15)
+    # The restart: D live (adopted), C's processes killed while the service is down (requeued).
+    seen["D before restart"] = server.wait(d, lambda j: j["pid"] is not None)
+    seen["C before restart"] = server.wait(c, lambda j: j["progress"] and j["progress"]["epoch"] >= 2)
+    server.stop()
+    os.killpg(seen["C before restart"]["pid"], signal.SIGKILL)
+    time.sleep(2)  # horovodrun's middlemen take its ranks down
+    server.start()
+    seen["C after restart"] = server.job(c)
+    seen["D after restart"] = server.job(d)
+    seen["logs -f D"] = cli(server.state_dir, "logs", str(d), "-f")
+    for name, job_id in seen["ids"].items():
+        seen[name] = server.wait(job_id, lambda j: j["state"] in FINAL)
+    seen["jobs"] = server.http.get("/jobs").json()
+    seen["metrics at the end"] = server.http.get("/metrics").text
+
+
+def test_bad_requests_are_refused_naming_the_problem(workload):
+    refused = workload["refusals"]
+    assert refused["no token"][0] == refused["wrong token"][0] == refused["cancel wrong token"][0] == 401
+    assert "bearer token" in refused["wrong token"][1]
+    bad_key = "config override: training.epohcs: Key 'epohcs' not in 'TrainingConfig'"
+    assert refused["bad key"][0] == 422 and refused["bad key"][1].startswith(bad_key)
+    assert refused["bad value"] == (422, "config optimizer.lr=-1.0: must be >= 0")
+    assert refused["outside roots"][0] == 422 and "data.path='/etc': not under the service's data roots" \
+        in refused["outside roots"][1]
+    assert refused["command"][0] == 422 and refused["command"][1][0]["loc"] == ["body", "command"]
+    assert refused["unknown job"] == refused["cancel unknown"] == (404, "no job 99999")
+    assert refused["too large"] == (400, "np=5: the inventory has 4 slots in all (localhost:4)")
+    result = workload["cli bad key"]
+    assert result.returncode == 2 and result.stderr.startswith(f"hvdcls: error: 422: {bad_key}")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_burst_of_submissions_loses_none(workload):
+    burst = workload["burst"]
+    assert len(set(burst)) == 50
+    assert {j["id"] for j in workload["burst queued"]} >= set(burst)  # none started: none fit
+    by_id = {j["id"]: j for j in workload["jobs"]}
+    assert all(by_id[j]["state"] == "cancelled" and by_id[j]["started_at"] is None for j in burst)
+    assert sorted(by_id[j]["name"] for j in burst) == sorted(f"burst-{i}" for i in range(50))
+
+
+def test_jobs_start_in_queue_order_and_a_cancel_frees_the_slots(workload):
+    a, c, d, g = (workload[name] for name in "ACDG")
+    assert a["state"] == "cancelled" and a["exit_status"] is not None
+    assert workload["A ranks left"] == []  # horovodrun, its ranks and the wrapper all ended
+    assert a["started_at"] < workload["D before restart"]["started_at"]
+    assert workload["D before restart"]["started_at"] >= a["ended_at"]  # D waited for A's slots
+    assert workload["G while full"]["state"] == "queued"  # behind D, and nothing free to backfill
+    assert g["started_at"] >= min(c["ended_at"], d["ended_at"])
+    full = workload["hosts while full"]
+    assert full == [{"host": "localhost", "slots": 4, "free": 0, "jobs": {str(a["id"]): 2, str(c["id"]): 2}}]
+    text = workload["metrics while full"]
+    assert metric(text, "hvdcls_serve_slots_in_use") == 4 and metric(text, "hvdcls_serve_slots") == 4
+    assert metric(text, "hvdcls_serve_queue_length") == 2  # D and G
+    assert metric(text, 'hvdcls_serve_jobs{state="cancelled"}') == 50
+    progress = [line for line in text.splitlines() if line.startswith("hvdcls_serve_job_progress{")]
+    assert len(progress) == 2 and all(float(line.split()[-1]) > 0 for line in progress), progress
+    end = workload["metrics at the end"]
+    assert metric(end, "hvdcls_serve_slots_in_use") == 0 and metric(end, "hvdcls_serve_queue_length") == 0
+
+
+def test_a_restart_adopts_live_jobs_and_requeues_vanished_ones(workload):
+    before, after = workload["D before restart"], workload["D after restart"]
+    assert after["state"] == "running" and after["pid"] == before["pid"]  # adopted, not restarted
+    assert workload["D"]["state"] == "succeeded" and workload["D"]["attempts"] == 1
+    assert workload["C after restart"]["state"] in ("queued", "running")
+    c = workload["C"]
+    assert c["state"] == "succeeded" and c["attempts"] == 2, c
+    summary = read_json(Path(c["run_dir"]) / "summary.json")
+    assert summary["resumed_from"] is not None  # from the checkpoint the killed attempt wrote
+    assert [r["epoch"] for r in read_metrics(Path(c["run_dir"]))] == [1, 2, 3, 4]
+    logs = workload["logs -f D"]
+    assert logs.returncode == 0 and "done: val accuracy" in logs.stdout  # followed to the end
+
+
+@pytest.mark.parametrize("name, backend", [("C", "tensorflow"), ("D", "torch")])
+def test_finished_jobs_trained_alike_on_every_rank(workload, name, backend):
+    job = workload[name]
+    summary = read_json(Path(job["run_dir"]) / "summary.json")
+    assert (summary["backend"], summary["world_size"], summary["controller"]) == (backend, 2, "gloo")
+    digests = summary["rank_weight_digests"]
+    assert len(digests) == 2 and len(set(digests)) == 1, digests
+    assert 0.7 <= summary["val_accuracy"] <= 1.0, summary["val_accuracy"]
+    for kept in ("spec.json", "job.yaml", "hostfile", "stdout.log", "stderr.log", "exit_status.json",
+                 "metrics.jsonl", "checkpoints"):
+        assert (Path(job["run_dir"]) / kept).exists(), kept
+
+
+def test_a_failed_job_records_its_exit_status_and_last_lines(workload):
+    g = workload["G"]
+    assert g["state"] == "failed" and g["exit_status"] != 0
+    first = g["message"].splitlines()[0]
+    assert first.startswith(f"exit status {g['exit_status']}: no class directories in "), first
+    assert len(g["message"].splitlines()) > 1
+
+
+def test_submit_to_first_step_latency(workload):
+    """Reported, not bounded: submit (empty queue) to the first progress line."""
+    for name in ("A", "C"):
+        job = workload[f"{name} first step"]
+        print(f"{name} ({job['backend']}, np {job['np']}): submit to first step "
+              f"{job['first_step_seconds']:.1f} s (queued {job['queued_seconds']:.2f} s)")
+        assert job["first_step_seconds"] > job["queued_seconds"] >= 0
+    print(f"cancel of a running job: {workload['cancel seconds']:.1f} s to 'cancelled'")
