@@ -35,7 +35,7 @@ def run_serve(args: argparse.Namespace) -> int:
             raise UserError(f"--data-root {root}: must be an existing directory, given as an absolute path")
     settings = importlib.import_module("hvdcls.serve.service").Settings(
         state_dir=args.state_dir.expanduser().absolute(), inventory=inventory, data_roots=args.data_root,
-        ssh_port=args.ssh_port, grace_seconds=args.grace_seconds)
+        ssh_port=args.ssh_port, grace_seconds=args.grace_seconds, hang_seconds=args.hang_seconds)
     return importlib.import_module("hvdcls.serve.app").serve(settings, args.bind, args.port)
 
 
@@ -53,6 +53,9 @@ def add_serve(sub) -> None:
     parser.add_argument("--ssh-port", type=int, help="horovodrun's -p for remote hosts")
     parser.add_argument("--grace-seconds", type=float, default=10.0,
                         help="cancel: SIGTERM, then SIGKILL after this long (default 10)")
+    parser.add_argument("--hang-seconds", type=float, default=0.0,
+                        help="end a running job that writes no output for this long, as failed "
+                        "(0: never; a spec's hang_seconds wins)")
     parser.set_defaults(handler=run_serve)
 
 
@@ -70,6 +73,7 @@ def add_client_commands(sub) -> None:
     submit.add_argument("--name")
     submit.add_argument("--requeue", action="store_true",
                         help="requeue (resuming) instead of failing if a restart finds it gone")
+    submit.add_argument("--hang-seconds", type=float, help="end it, failed, after this long without output")
     submit.add_argument("overrides", nargs="*", metavar="key=value")
     submit.set_defaults(handler=client("submit"))
     jobs = sub.add_parser("jobs", help="the service's queue and what runs where")

@@ -98,6 +98,12 @@ def tail(path: Path, lines: int = 20, max_bytes: int = 16384) -> list[str]:
         return []
 
 
+def last_output(run_dir: Path) -> float:
+    """When the job last wrote to stdout or stderr (0 when it has not)."""
+    times = [(run_dir / name).stat().st_mtime for name in (STDOUT, STDERR) if (run_dir / name).exists()]
+    return max(times, default=0.0)
+
+
 def progress(run_dir: Path, epochs: Optional[int] = None) -> Optional[dict]:
     """How far the run is: the last progress line (epoch, step, fraction of all steps), else
     the epochs finished (metrics.jsonl) out of `epochs`, when the job prints no step lines."""

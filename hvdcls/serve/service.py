@@ -36,6 +36,7 @@ class Settings:
     data_roots: list[Path] = field(default_factory=list)
     ssh_port: Optional[int] = None
     grace_seconds: float = 10.0  # SIGTERM, then SIGKILL after this long
+    hang_seconds: float = 0.0  # a running job silent this long is ended as hung (0: never)
     poll_seconds: float = 0.25
 
 
@@ -76,8 +77,8 @@ class Service:
                                       message="cancelled before it started")
         if cancelled is None:
             job = self.store.get(job_id)
-            if job is not None and job.state == RUNNING and job.cancel_requested_at is None:
-                self.store.update(job_id, expect=(RUNNING,), cancel_requested_at=now)
+            if job is not None and job.state == RUNNING and job.stop_requested_at is None:
+                self.store.update(job_id, expect=(RUNNING,), stop_requested_at=now)
         self.wake.set()
         return self.store.get(job_id)
 
@@ -113,7 +114,8 @@ class Service:
             if code is not None:
                 self.finish(job, code)
             else:
-                self.signal_if_cancelled(job)
+                self.stop_if_hung(job)
+                self.signal_if_stopping(job)
                 self.note_first_step(job)
         self.schedule()
 
@@ -127,7 +129,7 @@ class Service:
             code = runner.exit_status(Path(job.run_dir)) if job.run_dir else None
             if code is not None:
                 self.finish(job, code)
-            elif job.requeue and job.cancel_requested_at is None:
+            elif job.requeue and job.stop_requested_at is None:
                 self.store.update(job.id, expect=(RUNNING,), state=QUEUED, pid=None, pid_start=None,
                                   hosts=None, message="requeued: its processes were gone at restart")
             else:
@@ -152,8 +154,10 @@ class Service:
 
     def finish(self, job: Job, code: int) -> None:
         run_dir = Path(job.run_dir)
-        if job.cancel_requested_at is not None:
+        if job.stop_requested_at is not None and job.stop_reason is None:
             state, message = CANCELLED, "cancelled while running"
+        elif job.stop_reason is not None:
+            state, message = FAILED, runner.failure_message(run_dir, job.stop_reason)
         elif code == 0:
             state, message = SUCCEEDED, None
         else:
@@ -163,13 +167,27 @@ class Service:
         self.signalled.discard(job.id)
         log.info("job %d: %s (exit status %s)", job.id, state, code)
 
-    def signal_if_cancelled(self, job: Job) -> None:
-        if job.cancel_requested_at is None or job.pid is None:
+    def stop_if_hung(self, job: Job) -> None:
+        """No output for the job's hang_seconds (else the service's): end it, as failed. Output
+        is what a training run gives every training.log_every steps (docs/serve.md)."""
+        limit = json.loads(job.spec).get("hang_seconds") or self.settings.hang_seconds
+        if not limit or job.stop_requested_at is not None or job.pid is None:
+            return
+        silent = time.time() - max(runner.last_output(Path(job.run_dir)), job.started_at or 0)
+        if silent > limit:
+            log.warning("job %d: no output for %.0f s, ending it", job.id, silent)
+            self.store.update(job.id, expect=(RUNNING,), stop_requested_at=time.time(),
+                              stop_reason=f"hung: no output for {silent:.0f} s (limit {limit:g} s)")
+
+    def signal_if_stopping(self, job: Job) -> None:
+        """SIGTERM to the job's process group once, SIGKILL after the grace period."""
+        job = self.store.get(job.id)  # stop_if_hung may just have asked
+        if job.stop_requested_at is None or job.pid is None:
             return
         if job.id not in self.signalled:
             runner.signal_group(job.pid, signal.SIGTERM)
             self.signalled.add(job.id)
-        elif time.time() - job.cancel_requested_at > self.settings.grace_seconds:
+        elif time.time() - job.stop_requested_at > self.settings.grace_seconds:
             runner.signal_group(job.pid, signal.SIGKILL)
 
     def note_first_step(self, job: Job) -> None:

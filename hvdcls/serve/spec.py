@@ -39,6 +39,8 @@ class JobSpec(BaseModel):
                                      description="config sections, as in a --config YAML file")
     overrides: list[str] = Field(default_factory=list, description="key=value, as on the command line")
     name: Optional[str] = Field(default=None, max_length=100)
+    hang_seconds: Optional[float] = Field(default=None, gt=0, description="end the job, failed, "
+                                          "after this long without output (default: the service's)")
     requeue: bool = Field(default=False, description="if a restart finds the job's processes gone: "
                           "queue it again, resuming from its latest checkpoint, instead of failing it")
 

@@ -43,7 +43,8 @@ class Job(Base):
     pid: Mapped[Optional[int]] = mapped_column(Integer)  # the job's process group leader
     pid_start: Mapped[Optional[int]] = mapped_column(Integer)  # its start time (pid reuse guard)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
-    cancel_requested_at: Mapped[Optional[float]] = mapped_column(Float)
+    stop_requested_at: Mapped[Optional[float]] = mapped_column(Float)  # cancel, or found hung
+    stop_reason: Mapped[Optional[str]] = mapped_column(Text)  # None: cancelled; else why it failed
     exit_status: Mapped[Optional[int]] = mapped_column(Integer)
     message: Mapped[Optional[str]] = mapped_column(Text)  # why it failed: reason + last log lines
 

@@ -124,3 +124,27 @@ def test_a_recycled_pid_is_not_taken_for_the_job():
     assert runner.alive(os.getpid(), runner.start_time(os.getpid()))
     assert not runner.alive(os.getpid(), runner.start_time(os.getpid()) - 1)
     assert not runner.alive(*dead_process())
+
+
+def test_a_silent_job_is_ended_as_hung_and_a_cancelled_one_as_cancelled(tmp_path):
+    service = Service(Settings(state_dir=tmp_path / "state", inventory={"localhost": 2}, grace_seconds=0))
+    jobs = {}
+    for name, hang in (("silent", 5), ("cancelled", None)):
+        job_id = service.submit(JobSpec(np=1, hang_seconds=hang)).id
+        process = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        (run_dir / runner.STDOUT).write_text("epoch 1/2 step 3/10 loss 2.1\n")
+        os.utime(run_dir / runner.STDOUT, (0, 100.0))  # silent since long ago
+        service.store.update(job_id, state=RUNNING, pid=process.pid, pid_start=runner.start_time(process.pid),
+                             run_dir=str(run_dir), hosts=json.dumps({"localhost": 1}), started_at=100.0)
+        jobs[name] = (job_id, process)
+    service.cancel(jobs["cancelled"][0])
+    service.tick()  # SIGTERM to both groups
+    for _, process in jobs.values():
+        assert process.wait(timeout=10) == -15
+    service.tick()  # both gone: recorded
+    silent, cancelled = (service.store.get(job_id) for job_id, _ in jobs.values())
+    assert silent.state == FAILED and silent.message.startswith("hung: no output for "), silent.message
+    assert silent.message.splitlines()[-1] == "epoch 1/2 step 3/10 loss 2.1"
+    assert cancelled.state == CANCELLED and cancelled.message == "cancelled while running"
