@@ -13,6 +13,7 @@ a bearer token generated at first start into STATE_DIR/token (mode 0600).
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -88,10 +89,14 @@ class ServiceCollector:
         yield GaugeMetricFamily("hvdcls_serve_slots_in_use", "Slots held by running jobs", value=used)
         progress = GaugeMetricFamily("hvdcls_serve_job_progress", "Fraction of a running job's steps done",
                                      labels=["job", "backend"])
+        slots = GaugeMetricFamily("hvdcls_serve_job_slots", "Slots a running job holds (elastic: now)",
+                                  labels=["job", "backend"])
         for job in self.service.store.list((RUNNING,)):
             done = runner.progress(Path(job.run_dir), job.epochs) if job.run_dir else None
             progress.add_metric([str(job.id), job.backend], done["fraction"] if done else 0.0)
+            slots.add_metric([str(job.id), job.backend], sum(json.loads(job.hosts).values()) if job.hosts else 0)
         yield progress
+        yield slots
 
 
 def make_app(service: Service, token: str) -> FastAPI:

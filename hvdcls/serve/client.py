@@ -76,7 +76,8 @@ def connect(args: argparse.Namespace) -> Client:
 
 def submit(args: argparse.Namespace) -> int:
     spec = {"backend": args.backend, "np": args.np, "overrides": args.overrides, "name": args.name,
-            "requeue": args.requeue, "hang_seconds": args.hang_seconds, "settings": cfg.read_file(args.config) if args.config else {}}
+            "requeue": args.requeue, "hang_seconds": args.hang_seconds, "elastic": args.elastic,
+            "min_np": args.min_np, "max_np": args.max_np, "settings": cfg.read_file(args.config) if args.config else {}}
     job = connect(args).call("POST", "/jobs", json=spec)
     print(f"job {job['id']} {job['state']} ({job['np']} slots, {job['backend']})")
     return 0

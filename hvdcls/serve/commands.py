@@ -35,7 +35,8 @@ def run_serve(args: argparse.Namespace) -> int:
             raise UserError(f"--data-root {root}: must be an existing directory, given as an absolute path")
     settings = importlib.import_module("hvdcls.serve.service").Settings(
         state_dir=args.state_dir.expanduser().absolute(), inventory=inventory, data_roots=args.data_root,
-        ssh_port=args.ssh_port, grace_seconds=args.grace_seconds, hang_seconds=args.hang_seconds)
+        ssh_port=args.ssh_port, grace_seconds=args.grace_seconds, hang_seconds=args.hang_seconds,
+        resize_cooldown_seconds=args.resize_cooldown, network_interface=args.network_interface)
     return importlib.import_module("hvdcls.serve.app").serve(settings, args.bind, args.port)
 
 
@@ -56,6 +57,10 @@ def add_serve(sub) -> None:
     parser.add_argument("--hang-seconds", type=float, default=0.0,
                         help="end a running job that writes no output for this long, as failed "
                         "(0: never; a spec's hang_seconds wins)")
+    parser.add_argument("--resize-cooldown", type=float, default=60.0, metavar="SECONDS",
+                        help="resize an elastic job at most this often (default 60)")
+    parser.add_argument("--network-interface", help="elastic jobs' horovodrun --network-interface "
+                        "(e.g. lo when every host is this machine)")
     parser.set_defaults(handler=run_serve)
 
 
@@ -73,6 +78,10 @@ def add_client_commands(sub) -> None:
     submit.add_argument("--name")
     submit.add_argument("--requeue", action="store_true",
                         help="requeue (resuming) instead of failing if a restart finds it gone")
+    submit.add_argument("--elastic", action="store_true",
+                        help="resizable: shrunk toward --min-np while jobs wait, grown back toward --max-np")
+    submit.add_argument("--min-np", type=int)
+    submit.add_argument("--max-np", type=int)
     submit.add_argument("--hang-seconds", type=float, help="end it, failed, after this long without output")
     submit.add_argument("overrides", nargs="*", metavar="key=value")
     submit.set_defaults(handler=client("submit"))

@@ -3,6 +3,9 @@
     RUN_DIR/spec.json         the spec as submitted
     RUN_DIR/job.yaml          the validated config it runs with (`hvdcls train --config`)
     RUN_DIR/hostfile          its allocation, one `host slots=N` line per host
+    RUN_DIR/discover.sh       elastic jobs: Horovod's discovery script, printing ...
+    RUN_DIR/allocation        ... the job's current slots (HOST:SLOTS lines), which the service
+                              rewrites to shrink or grow it
     RUN_DIR/stdout.log        horovodrun's output: every rank's lines
     RUN_DIR/stderr.log
     RUN_DIR/exit_status.json  written by the wrapper when horovodrun ends
@@ -27,6 +30,7 @@ from hvdcls import launch
 from hvdcls.fileio import write_atomic, write_json_atomic
 
 SPEC, JOB_CONFIG, HOSTFILE = "spec.json", "job.yaml", "hostfile"
+DISCOVERY, ALLOCATION = "discover.sh", "allocation"
 STDOUT, STDERR, EXIT = "stdout.log", "stderr.log", "exit_status.json"
 METRICS = "metrics.jsonl"  # hvdcls train's: one line per epoch
 # hvdcls train's progress line (output.progress=lines), behind horovodrun's `[1,0]<stdout>:`.
@@ -41,12 +45,29 @@ def prepare(run_dir: Path, spec: dict, config: cfg.Config, allocation: dict[str,
     write_atomic(run_dir / JOB_CONFIG, cfg.to_yaml(config).encode())
     write_atomic(run_dir / HOSTFILE, "".join(f"{h} slots={n}\n" for h, n in allocation.items()).encode())
     (run_dir / EXIT).unlink(missing_ok=True)  # a requeued job's previous attempt
+    if config.training.elastic:
+        write_allocation(run_dir, allocation)
+        write_atomic(run_dir / DISCOVERY, f"#!/bin/sh\nexec cat {run_dir / ALLOCATION}\n".encode())
+        (run_dir / DISCOVERY).chmod(0o755)
 
 
-def command(run_dir: Path, backend: str, allocation: dict[str, int], ssh_port: Optional[int]) -> list[str]:
-    train = launch.hvdcls_command("train", "--backend", backend, "--config", str(run_dir / JOB_CONFIG))
-    ssh = ["-p", str(ssh_port)] if ssh_port else []
-    horovodrun = launch.horovodrun(sum(allocation.values()), [*ssh, *train], hosts=allocation)
+def write_allocation(run_dir: Path, allocation: dict[str, int]) -> None:
+    """What an elastic job's discovery script prints from now on."""
+    write_atomic(run_dir / ALLOCATION, "".join(f"{h}:{n}\n" for h, n in allocation.items()).encode())
+
+
+def command(run_dir: Path, spec: dict, allocation: dict[str, int], ssh_port: Optional[int] = None,
+            network_interface: Optional[str] = None) -> list[str]:
+    """The wrapper around `horovodrun` (elastic: bounded by min_np/max_np, hosts from the
+    discovery script) around `hvdcls train --config RUN_DIR/job.yaml`."""
+    train = launch.hvdcls_command("train", "--backend", spec["backend"], "--config", str(run_dir / JOB_CONFIG))
+    train = (["-p", str(ssh_port)] if ssh_port else []) + train  # options before the command
+    np = sum(allocation.values())
+    if spec["elastic"]:
+        horovodrun = launch.horovodrun_elastic(np, spec["min_np"], spec["max_np"], str(run_dir / DISCOVERY),
+                                               train, network_interface=network_interface)
+    else:
+        horovodrun = launch.horovodrun(np, train, hosts=allocation)
     return [sys.executable, "-m", "hvdcls.serve.wrapper", str(run_dir), "--", *horovodrun]
 
 

@@ -18,7 +18,7 @@ from typing import Optional
 
 from hvdcls import launch
 from hvdcls.errors import UserError
-from hvdcls.serve import runner, scheduler
+from hvdcls.serve import elasticity, runner, scheduler
 from hvdcls.serve import spec as job_spec
 from hvdcls.serve.store import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, Job, Store
 
@@ -37,6 +37,8 @@ class Settings:
     ssh_port: Optional[int] = None
     grace_seconds: float = 10.0  # SIGTERM, then SIGKILL after this long
     hang_seconds: float = 0.0  # a running job silent this long is ended as hung (0: never)
+    resize_cooldown_seconds: float = 60.0  # an elastic job is resized at most this often
+    network_interface: Optional[str] = None  # elastic jobs' horovodrun --network-interface
     poll_seconds: float = 0.25
 
 
@@ -62,11 +64,11 @@ class Service:
     def submit(self, spec: job_spec.JobSpec) -> Job:
         """Queue a job; UserError (naming the key) for a bad spec, TooLarge for an impossible one."""
         config = job_spec.resolve(spec, self.settings.data_roots)
-        if spec.np > self.total_slots:
-            raise TooLarge(f"np={spec.np}: the inventory has {self.total_slots} slots in all "
+        if spec.most_slots > self.total_slots:
+            asked = f"max_np={spec.max_np}" if spec.elastic else f"np={spec.np}"
+            raise TooLarge(f"{asked}: the inventory has {self.total_slots} slots in all "
                            f"({launch.hosts_arg(self.settings.inventory)})")
-        job = self.store.add(spec.model_dump(), spec.np, spec.backend, spec.name, spec.requeue,
-                              config.training.epochs)
+        job = self.store.add(spec.model_dump(), config.training.epochs)
         self.wake.set()
         return job
 
@@ -117,6 +119,7 @@ class Service:
                 self.stop_if_hung(job)
                 self.signal_if_stopping(job)
                 self.note_first_step(job)
+        self.resize_elastic()
         self.schedule()
 
     def reconcile(self) -> None:
@@ -204,9 +207,33 @@ class Service:
                                                  list(self.allocations().values())):
             self.launch(by_id[job_id], allocation)
 
+    def resize_elastic(self) -> None:
+        """Shrink elastic jobs to admit the head of the queue; grow them when nothing waits."""
+        queued = self.store.list((QUEUED,))
+        running = [job for job in self.store.list((RUNNING,)) if job.hosts]
+        allocations = {job.id: json.loads(job.hosts) for job in running}
+        free = scheduler.free_slots(self.settings.inventory, list(allocations.values()))
+        resizable = [elasticity.Resizable(job.id, sum(allocations[job.id].values()), job.min_np, job.max_np,
+                                          job.resized_at or 0.0)
+                     for job in running if job.elastic and job.stop_requested_at is None and job.pid]
+        sizes = elasticity.resize(queued[0].np if queued else None, sum(free.values()), resizable,
+                                  time.time(), self.settings.resize_cooldown_seconds)
+        for job in running:
+            if job.id not in sizes:
+                continue
+            before = allocations[job.id]
+            after = (elasticity.shrunk(before, sizes[job.id]) if sizes[job.id] < sum(before.values())
+                     else elasticity.grown(before, sizes[job.id], free))
+            free = {host: n + before.get(host, 0) - after.get(host, 0) for host, n in free.items()}
+            runner.write_allocation(Path(job.run_dir), after)
+            self.store.update(job.id, expect=(RUNNING,), hosts=json.dumps(after), resized_at=time.time(),
+                              resizes=job.resizes + 1)
+            log.info("job %d: resized %s -> %s (%d waiting)", job.id, before, after, len(queued))
+
     def launch(self, job: Job, allocation: dict[str, int]) -> None:
         run_dir = self.run_dir(job.id)
         claimed = self.store.update(job.id, expect=(QUEUED,), state=RUNNING, started_at=time.time(),
+                                    resized_at=time.time(),
                                     hosts=json.dumps(allocation), run_dir=str(run_dir),
                                     attempts=job.attempts + 1, first_step_at=None)
         if claimed is None:  # cancelled meanwhile
@@ -216,8 +243,8 @@ class Service:
             resume = run_dir if job.attempts > 0 and runner.has_checkpoint(run_dir) else None
             config = job_spec.job_config(job_spec.resolve(spec, self.settings.data_roots), run_dir, resume)
             runner.prepare(run_dir, spec.model_dump(), config, allocation)
-            child = runner.start(run_dir, runner.command(run_dir, spec.backend, allocation,
-                                                         self.settings.ssh_port))
+            child = runner.start(run_dir, runner.command(run_dir, spec.model_dump(), allocation,
+                                                         self.settings.ssh_port, self.settings.network_interface))
         except (UserError, OSError) as err:  # the data roots changed, the disk filled up, ...
             self.store.update(job.id, expect=(RUNNING,), state=FAILED, ended_at=time.time(),
                               message=f"could not start: {err}")

@@ -12,7 +12,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hvdcls import config as cfg
 from hvdcls import registry
@@ -39,6 +39,10 @@ class JobSpec(BaseModel):
                                      description="config sections, as in a --config YAML file")
     overrides: list[str] = Field(default_factory=list, description="key=value, as on the command line")
     name: Optional[str] = Field(default=None, max_length=100)
+    elastic: bool = Field(default=False, description="Horovod elastic mode: the service shrinks the job "
+                          "toward min_np to admit waiting jobs and grows it back toward max_np")
+    min_np: Optional[int] = Field(default=None, ge=1, description="elastic: default 1")
+    max_np: Optional[int] = Field(default=None, ge=1, description="elastic: default np")
     hang_seconds: Optional[float] = Field(default=None, gt=0, description="end the job, failed, "
                                           "after this long without output (default: the service's)")
     requeue: bool = Field(default=False, description="if a restart finds the job's processes gone: "
@@ -51,15 +55,33 @@ class JobSpec(BaseModel):
             raise ValueError(f"unknown backend {value!r}: choose one of {', '.join(registry.names())}")
         return value
 
+    @model_validator(mode="after")
+    def elastic_bounds(self) -> "JobSpec":
+        if not self.elastic:
+            if self.min_np is not None or self.max_np is not None:
+                raise ValueError("min_np and max_np are for elastic jobs: add elastic: true")
+            return self
+        self.min_np = 1 if self.min_np is None else self.min_np
+        self.max_np = self.np if self.max_np is None else self.max_np
+        if not self.min_np <= self.np <= self.max_np:
+            raise ValueError(f"elastic: needs min_np <= np <= max_np (got {self.min_np}, {self.np}, {self.max_np})")
+        return self
+
+    @property
+    def most_slots(self) -> int:
+        return self.max_np if self.elastic else self.np
+
 
 def resolve(spec: JobSpec, data_roots: list[Path]) -> cfg.Config:
     """The run's validated config; UserError naming the key when the spec is not allowed."""
-    config = cfg.load(settings=spec.settings, overrides=spec.overrides)
+    config = cfg.load(settings=spec.settings, overrides=spec.overrides,
+                      flags={"training.elastic": True} if spec.elastic else None)
+    if config.training.elastic and not spec.elastic:
+        raise UserError("config training.elastic=true: say it in the spec instead (elastic: true, "
+                        "hvdcls submit --elastic), so the service can resize the job")
     for key, why in SERVICE_OWNED.items():
         if cfg.get(config, key) is not None:
             raise UserError(f"config {key}: cannot be set in a job spec ({why})")
-    if config.training.elastic:
-        raise UserError("config training.elastic=true: elastic jobs are not run by the service yet")
     for key in DATA_PATHS:
         value = cfg.get(config, key)
         if value is not None and not under_any(Path(value), data_roots):

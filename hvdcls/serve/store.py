@@ -32,6 +32,11 @@ class Job(Base):
     backend: Mapped[str] = mapped_column(String(32))
     np: Mapped[int] = mapped_column(Integer)
     epochs: Mapped[int] = mapped_column(Integer)  # from its validated config: progress
+    elastic: Mapped[bool] = mapped_column(Boolean, default=False)
+    min_np: Mapped[Optional[int]] = mapped_column(Integer)
+    max_np: Mapped[Optional[int]] = mapped_column(Integer)
+    resized_at: Mapped[Optional[float]] = mapped_column(Float)  # its start or last resize
+    resizes: Mapped[int] = mapped_column(Integer, default=0)
     spec: Mapped[str] = mapped_column(Text)  # the JobSpec as submitted (JSON)
     requeue: Mapped[bool] = mapped_column(Boolean, default=False)
     submitted_at: Mapped[float] = mapped_column(Float)
@@ -63,11 +68,12 @@ class Store:
         Base.metadata.create_all(self.engine)
         self.session = sessionmaker(self.engine, expire_on_commit=False)
 
-    def add(self, spec: dict, np: int, backend: str, name: Optional[str], requeue: bool,
-            epochs: int) -> Job:
+    def add(self, spec: dict, epochs: int) -> Job:
+        """A new queued job from a validated spec (JobSpec.model_dump())."""
         with self.session.begin() as session:
-            job = Job(spec=json.dumps(spec, sort_keys=True), np=np, backend=backend, name=name,
-                      requeue=requeue, epochs=epochs, state=QUEUED, submitted_at=time.time(), attempts=0)
+            job = Job(spec=json.dumps(spec, sort_keys=True), np=spec["np"], backend=spec["backend"],
+                      name=spec["name"], requeue=spec["requeue"], elastic=spec["elastic"],
+                      min_np=spec["min_np"], max_np=spec["max_np"], resizes=0, epochs=epochs, state=QUEUED, submitted_at=time.time(), attempts=0)
             session.add(job)
         return job
 

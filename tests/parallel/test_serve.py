@@ -41,14 +41,16 @@ QUICK = {"schedule": {"warmup_epochs": 0}, "training": {"log_every": 1}}
 class Server:
     """`hvdcls serve` as a subprocess; restartable on the same state directory."""
 
-    def __init__(self, state_dir: Path, data_root: Path, log: Path):
+    def __init__(self, state_dir: Path, data_root: Path, log: Path, hosts: str = "localhost:4", *options: str):
         self.state_dir, self.data_root, self.log = state_dir, data_root, log
+        self.hosts, self.options = hosts, options
         self.process = None
 
     def start(self) -> None:
         (self.state_dir / "server.json").unlink(missing_ok=True)
-        command = launch.hvdcls_command("serve", "--hosts", "localhost:4", "--state-dir", str(self.state_dir),
-                                        "--port", "0", "--data-root", str(self.data_root), "--grace-seconds", "5")
+        command = launch.hvdcls_command("serve", "--hosts", self.hosts, "--state-dir", str(self.state_dir),
+                                        "--port", "0", "--data-root", str(self.data_root), "--grace-seconds", "5",
+                                        *self.options)
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env())
         deadline = time.time() + 60
@@ -209,6 +211,58 @@ def run_workload(server: Server, seen: dict, root: Path) -> None:
         seen[name] = server.wait(job_id, lambda j: j["state"] in FINAL)
     seen["jobs"] = server.http.get("/jobs").json()
     seen["metrics at the end"] = server.http.get("/metrics").text
+
+
+@pytest.fixture(scope="module")
+def elastic_workload(tmp_path_factory):
+    """An elastic job on 2 slots (this machine under two names: Horovod drops a removed *host*'s
+    workers). A 1-slot job arrives: the service shrinks the elastic job to admit it. It is
+    cancelled once it runs (its own training is not the point): the elastic job grows back."""
+    root = tmp_path_factory.mktemp("serve-elastic")
+    (root / "data").mkdir()
+    server = Server(root / "state", root / "data", root / "serve.log", "localhost:1,127.0.0.1:1",
+                    "--resize-cooldown", "3", "--network-interface", "lo")
+    seen: dict = {"server": server}
+    server.start()
+    try:
+        settings = {**epochs(5), "training": {**epochs(5)["training"], "commit_every": 5}}
+        elastic = server.submit(2, settings=settings, elastic=True, min_np=1, max_np=2, name="E")
+        server.wait(elastic, lambda j: j["progress"] and j["progress"]["epoch"] >= 2)
+        waiting = server.submit(1, settings=epochs(50), name="F")
+        seen["F running"] = server.wait(waiting, lambda j: j["pid"] is not None)
+        seen["E shrunk"] = server.job(elastic)
+        server.wait(elastic, lambda j: "elastic: 1 worker(s)" in read_log(j))
+        server.http.post(f"/jobs/{waiting}/cancel")
+        seen["F"] = server.wait(waiting, lambda j: j["state"] in FINAL)
+        seen["E"] = server.wait(elastic, lambda j: j["state"] in FINAL)
+        seen["log"] = server.log.read_text()
+    finally:
+        end_everything(server)
+    return seen
+
+
+def read_log(job: dict) -> str:
+    return (Path(job["run_dir"]) / "stdout.log").read_text()
+
+
+def test_an_elastic_job_shrinks_for_a_waiting_job_and_grows_back(elastic_workload):
+    e, f = elastic_workload["E"], elastic_workload["F"]
+    assert elastic_workload["E shrunk"]["hosts"] == {"localhost": 1}  # 127.0.0.1 given to F
+    assert elastic_workload["F running"]["hosts"] == {"127.0.0.1": 1}
+    assert e["state"] == "succeeded" and f["state"] == "cancelled", (e["message"], f["message"])
+    assert e["resizes"] == 2 and e["hosts"] == {"localhost": 1, "127.0.0.1": 1}, elastic_workload["log"][-3000:]
+    summary = read_json(Path(e["run_dir"]) / "summary.json")
+    recoveries = summary["elastic"]["recoveries"]
+    assert [r["world_size"] for r in recoveries] == [1, 2], recoveries
+    sizes = [r["world_size"] for r in read_metrics(Path(e["run_dir"]))]  # at each epoch's end
+    assert len(sizes) == 5 and sizes[-1] == 2, sizes
+    assert summary["world_size"] == 2 and len(set(summary["rank_weight_digests"])) == 1
+    assert summary["elastic"]["steps_lost"] <= 2 * summary["elastic"]["commit_every"]  # an interval per resize
+    assert 0.7 <= summary["val_accuracy"] <= 1.0, summary["val_accuracy"]
+    for event in recoveries:
+        print(f"resized to {event['world_size']} at step {event['resumed_at_step']}: "
+              f"{event['seconds']} s without a step")
+    print(f"steps lost in all: {summary['elastic']['steps_lost']}")
 
 
 def test_bad_requests_are_refused_naming_the_problem(workload):

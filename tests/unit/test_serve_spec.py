@@ -40,9 +40,21 @@ def test_a_spec_is_a_train_run_and_nothing_else():
         JobSpec(np=0)
     for override, words in (("output.dir=/etc", "output.dir: cannot be set"),
                             ("horovod.timeline=/tmp/t.json", "horovod.timeline: cannot be set"),
-                            ("training.elastic=true", "elastic jobs are not run by the service yet")):
+                            ("training.elastic=true", "say it in the spec instead .elastic: true")):
         with pytest.raises(UserError, match=words):
             resolve(JobSpec(np=1, overrides=[override]), [])
+
+
+def test_an_elastic_spec_is_bounded_and_runs_elastic():
+    spec = JobSpec(np=2, elastic=True, max_np=4)
+    assert (spec.min_np, spec.max_np, spec.most_slots) == (1, 4, 4)
+    assert resolve(spec, []).training.elastic is True
+    for fields, words in (({"np": 2, "min_np": 1}, "min_np and max_np are for elastic jobs"),
+                          ({"np": 3, "elastic": True, "max_np": 2}, r"min_np <= np <= max_np \(got 1, 3, 2\)")):
+        with pytest.raises(ValidationError, match=words):
+            JobSpec(**fields)
+    with pytest.raises(UserError, match="horovod.compression=powersgd with training.elastic=true"):
+        resolve(JobSpec(np=1, elastic=True, overrides=["horovod.compression=powersgd"]), [])
 
 
 def test_data_paths_must_lie_under_a_data_root(tmp_path):
@@ -76,6 +88,8 @@ def test_submit_queues_in_order_and_refuses_what_can_never_run(service):
     assert service.store.get(ids[0]).epochs == 12  # the digits' default, from the validated config
     with pytest.raises(TooLarge, match="np=3: the inventory has 2 slots"):
         service.submit(JobSpec(np=3))
+    with pytest.raises(TooLarge, match="max_np=3: the inventory has 2 slots"):
+        service.submit(JobSpec(np=1, elastic=True, max_np=3))
     assert service.cancel(ids[1]).state == CANCELLED
     assert service.store.counts() == {QUEUED: 2, RUNNING: 0, SUCCEEDED: 0, FAILED: 0, CANCELLED: 1}
 
