@@ -4,8 +4,8 @@ tiny jobs (digits, compact_cnn, a few epochs, both backends) under horovodrun.
 One workload, run once by the module fixture, and read by the tests:
 
     A  torch       np 2  long          runs at once; cancelled after its first step
-    C  tensorflow  np 2  4 epochs      runs beside A; killed while the service is down (requeue)
-    D  torch       np 2  3 epochs      waits for A's slots; running across the restart (adopted)
+    C  torch       np 2  3 epochs      runs beside A; killed while the service is down (requeue)
+    D  tensorflow  np 2  3 epochs      waits for A's slots; running across the restart (adopted)
     G  torch       np 1  empty data    waits behind D (no backfill: nothing free); fails
     + 50 np-3 jobs in a burst while A and C hold the slots: queued, then cancelled
 
@@ -175,7 +175,7 @@ def end_everything(server: Server) -> None:
 
 def run_workload(server: Server, seen: dict, root: Path) -> None:
     a = server.submit(2, settings=epochs(50), name="A")
-    c = server.submit(2, "tensorflow", settings=epochs(4), name="C", requeue=True)
+    c = server.submit(2, settings=epochs(3), name="C", requeue=True)
     server.wait(c, lambda j: j["state"] == "running")
     seen["refusals"] = refusals(server, httpx.Client(base_url=server.url, headers={"Authorization": "Bearer x"}))
     seen["cli bad key"] = cli(server.state_dir, "submit", "--np", "1", "training.epohcs=2")
@@ -184,7 +184,7 @@ def run_workload(server: Server, seen: dict, root: Path) -> None:
     seen["burst queued"] = server.http.get("/jobs", params={"state": "queued"}).json()
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda j: server.http.post(f"/jobs/{j}/cancel"), seen["burst"]))
-    d = server.submit(2, settings=epochs(3), name="D")
+    d = server.submit(2, "tensorflow", settings=epochs(3), name="D")
     g = server.submit(1, settings={**QUICK, "data": {"path": str(root / "data" / "empty")}}, name="G")
     seen["ids"] = {"A": a, "C": c, "D": d, "G": g}
     seen["A first step"] = server.wait(a, lambda j: j["first_step_at"] is not None)
@@ -225,7 +225,7 @@ def elastic_workload(tmp_path_factory):
     seen: dict = {"server": server}
     server.start()
     try:
-        settings = {**epochs(5), "training": {**epochs(5)["training"], "commit_every": 5}}
+        settings = {**epochs(4), "training": {**epochs(4)["training"], "commit_every": 5}}
         elastic = server.submit(2, settings=settings, elastic=True, min_np=1, max_np=2, name="E")
         server.wait(elastic, lambda j: j["progress"] and j["progress"]["epoch"] >= 2)
         waiting = server.submit(1, settings=epochs(50), name="F")
@@ -255,7 +255,7 @@ def test_an_elastic_job_shrinks_for_a_waiting_job_and_grows_back(elastic_workloa
     recoveries = summary["elastic"]["recoveries"]
     assert [r["world_size"] for r in recoveries] == [1, 2], recoveries
     sizes = [r["world_size"] for r in read_metrics(Path(e["run_dir"]))]  # at each epoch's end
-    assert len(sizes) == 5 and sizes[-1] == 2, sizes
+    assert len(sizes) == 4 and sizes[-1] == 2, sizes
     assert summary["world_size"] == 2 and len(set(summary["rank_weight_digests"])) == 1
     assert summary["elastic"]["steps_lost"] <= 2 * summary["elastic"]["commit_every"]  # an interval per resize
     assert 0.7 <= summary["val_accuracy"] <= 1.0, summary["val_accuracy"]
@@ -320,12 +320,12 @@ def test_a_restart_adopts_live_jobs_and_requeues_vanished_ones(workload):
     assert c["state"] == "succeeded" and c["attempts"] == 2, c
     summary = read_json(Path(c["run_dir"]) / "summary.json")
     assert summary["resumed_from"] is not None  # from the checkpoint the killed attempt wrote
-    assert [r["epoch"] for r in read_metrics(Path(c["run_dir"]))] == [1, 2, 3, 4]
+    assert [r["epoch"] for r in read_metrics(Path(c["run_dir"]))] == [1, 2, 3]
     logs = workload["logs -f D"]
     assert logs.returncode == 0 and "done: val accuracy" in logs.stdout  # followed to the end
 
 
-@pytest.mark.parametrize("name, backend", [("C", "tensorflow"), ("D", "torch")])
+@pytest.mark.parametrize("name, backend", [("C", "torch"), ("D", "tensorflow")])
 def test_finished_jobs_trained_alike_on_every_rank(workload, name, backend):
     job = workload[name]
     summary = read_json(Path(job["run_dir"]) / "summary.json")
@@ -353,4 +353,6 @@ def test_submit_to_first_step_latency(workload):
         print(f"{name} ({job['backend']}, np {job['np']}): submit to first step "
               f"{job['first_step_seconds']:.1f} s (queued {job['queued_seconds']:.2f} s)")
         assert job["first_step_seconds"] > job["queued_seconds"] >= 0
+    d = workload["D"]  # queued behind A: its start to its first step
+    print(f"D ({d['backend']}, np {d['np']}): start to first step {d['first_step_at'] - d['started_at']:.1f} s")
     print(f"cancel of a running job: {workload['cancel seconds']:.1f} s to 'cancelled'")
