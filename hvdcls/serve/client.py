@@ -75,9 +75,9 @@ def connect(args: argparse.Namespace) -> Client:
 
 
 def submit(args: argparse.Namespace) -> int:
-    spec = {"backend": args.backend, "np": args.np, "overrides": args.overrides, "name": args.name,
-            "requeue": args.requeue, "hang_seconds": args.hang_seconds, "elastic": args.elastic,
-            "min_np": args.min_np, "max_np": args.max_np, "settings": cfg.read_file(args.config) if args.config else {}}
+    spec = {name: getattr(args, name) for name in ("backend", "np", "overrides", "name", "requeue",
+                                                    "hang_seconds", "elastic", "min_np", "max_np")}
+    spec["settings"] = cfg.read_file(args.config) if args.config else {}
     job = connect(args).call("POST", "/jobs", json=spec)
     print(f"job {job['id']} {job['state']} ({job['np']} slots, {job['backend']})")
     return 0
@@ -98,8 +98,9 @@ def progress_text(job: dict) -> str:
 
 def jobs(args: argparse.Namespace) -> int:
     params = {"state": args.job_state} if args.job_state else {}
+    found = connect(args).call("GET", "/jobs", params=params)
     rows = [[str(j["id"]), j["name"] or "-", j["state"], j["backend"], str(j["np"]), hosts_text(j["hosts"]),
-             progress_text(j), when(j["submitted_at"])] for j in connect(args).call("GET", "/jobs", params=params)]
+             progress_text(j), when(j["submitted_at"])] for j in found]
     print("\n".join(tables.text(["ID", "NAME", "STATE", "BACKEND", "NP", "HOSTS", "PROGRESS", "SUBMITTED"],
                                 rows, align=">")))
     return 0

@@ -73,7 +73,8 @@ class Store:
         with self.session.begin() as session:
             job = Job(spec=json.dumps(spec, sort_keys=True), np=spec["np"], backend=spec["backend"],
                       name=spec["name"], requeue=spec["requeue"], elastic=spec["elastic"],
-                      min_np=spec["min_np"], max_np=spec["max_np"], resizes=0, epochs=epochs, state=QUEUED, submitted_at=time.time(), attempts=0)
+                      min_np=spec["min_np"], max_np=spec["max_np"], resizes=0, epochs=epochs,
+                      state=QUEUED, submitted_at=time.time(), attempts=0)
             session.add(job)
         return job
 
