@@ -104,15 +104,17 @@ class Board:
     def port(self) -> int:
         return self.sock.getsockname()[1]
 
-    def listen(self, timeout: float, say: Callable[[str], None]) -> None:
-        """Take what arrives within `timeout` s, then say which ranks fell silent."""
+    def listen(self, timeout: float, say: Callable[[str], None],
+               done: Callable[[], bool] = lambda: False) -> None:
+        """Take what arrives within `timeout` s (less once done() or a rank stops), then say
+        which ranks fell silent."""
         deadline = self.clock() + timeout
         while True:
             left = deadline - self.clock()
-            ready, _, _ = select.select([self.sock], [], [], max(0.0, left))
+            ready, _, _ = select.select([self.sock], [], [], min(0.2, max(0.0, left)))
             if ready:
                 self._receive()
-            if left <= 0 or self.stopped is not None:
+            if left <= 0 or self.stopped is not None or done():
                 break
         for line in self.newly_silent():
             say(line)

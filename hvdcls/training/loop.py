@@ -27,7 +27,7 @@ from hvdcls.training import checkpoint, faults, schedule
 from hvdcls.training.outputs import RunOutputs
 from hvdcls.training.profiling import StepProfiler
 from hvdcls.training.watchdog import (ALLREDUCE, CHECKPOINTING, COMPUTING, EPOCH_COLLECTIVES,
-                                      EVALUATING, IN_STEP, READING, Phases)
+                                      EVALUATING, IN_STEP, READING, RECORDING, Phases)
 
 
 def epoch_seed(seed: int, epoch: int, rank: int) -> int:
@@ -257,6 +257,7 @@ class Trainer:
         seconds = train_seconds if started is None else time.perf_counter() - started
         record = epoch_record(epoch, train, val, lr, train_seconds, seconds, times,
                               self.ctx.size, steps)
+        self.phases.enter(RECORDING)
         self.outputs.add_epoch(record)
         self.monitor.epoch(record, self.outputs.history)
         epochs = self.config.training.epochs

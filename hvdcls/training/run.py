@@ -124,6 +124,7 @@ def train_watched(job: Job, ctx: Context, kind: "RunKind", dog: watchdog.Watchdo
             ended = kind.train(job, ctx, outputs, monitor, start_epoch, history, dog)
         dog.phases.enter(watchdog.FINISHING)
         summary = closing_summary(job, ended, model_info, resumed)
+        dog.stop()  # the last collective is done; rank 0 may linger for a last scrape
         publish(summary, ended.outputs, monitor, kind.details(summary))
     return summary
 

@@ -43,6 +43,7 @@ ALLREDUCE = "waiting in the all-reduce"
 IN_STEP = "in the step (computing or waiting in the all-reduce)"
 EPOCH_COLLECTIVES = "waiting in the epoch end's all-reduce"
 EVALUATING = "evaluating"
+RECORDING = "recording the epoch (metrics, report, watchers)"
 CHECKPOINTING = "checkpointing"
 COMMITTING = "committing the elastic state"
 RESETTING = "re-forming the elastic world"
@@ -183,7 +184,7 @@ class Watchdog:
         if self.sender is not None:
             self.sender.beat(self.rank, self.host, self.phases.report())
         if self.board is not None:
-            self.board.listen(CHECK_SECONDS, say)
+            self.board.listen(CHECK_SECONDS, say, self.done.is_set)
             if self.board.stopped is not None and not self.done.is_set():
                 self._peer_stopped(self.board.stopped)
         stall = self.phases.overdue()
