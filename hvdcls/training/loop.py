@@ -214,7 +214,7 @@ class Trainer:
         loader = LoaderWait(self.backend.loader(batches, self.config.data.workers))
         first_epoch = epoch == self.first_epoch
         groups = faults.stalling(grouped(loader, self.passes), self.ctx.rank, first_step, first_epoch)
-        self.phases.enter(READING, first_step)
+        self.phases.first_step(READING, first_step)
         for i, micro in enumerate(groups):
             step = first_step + i
             self.phases.enter(self.step_phase, step)

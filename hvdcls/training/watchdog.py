@@ -9,10 +9,11 @@ written (rank 0), and ends the process with EXIT_STALLED; the launcher then ends
 and Horovod's elastic mode counts it as a failed worker and goes on without it.
 
 Limits (training.stall_timeout_seconds, T): T in each phase; SLOW_FACTOR x T until the first
-step after a (re)start and while writing a checkpoint or committing elastic state; a rank
-that waits for others (in an all-reduce) gets GRACE more, so that the rank it waits for,
-when alive, is the one that speaks first; re-forming an elastic world has no limit (Horovod's
---elastic-timeout bounds it).
+step of a run, of an elastic world and of every epoch has completed (a first-step compile,
+loader workers starting, a peer still writing the last epoch's checkpoint), and while
+writing a checkpoint or committing elastic state; a rank that waits for others (in an
+all-reduce) gets a grace more, so that the rank it waits for, when alive, is the one that
+speaks first; re-forming an elastic world has no limit (Horovod's --elastic-timeout bounds it).
 
 Heartbeats (plain runs with several ranks): every rank sends (rank, host, step, phase) over
 UDP each second to a socket rank 0 opens and announces at start (hvdcls.training.heartbeat),
@@ -89,7 +90,7 @@ class Phases:
         now = clock()
         self.where = Where(STARTING, None, now)
         self.last_step = now
-        self.stepped = False  # a step completed since the last (re)start
+        self.stepped = False  # False: the first step (of a run, world or epoch) is still to come
 
     def enter(self, phase: str, step: Optional[int] = None) -> None:
         self.where = Where(phase, self.where.step if step is None else step, self.clock())
@@ -106,6 +107,11 @@ class Phases:
         """A new world (elastic): the first step gets the start-up allowance again."""
         self.stepped = False
         self.enter(STARTING)
+
+    def first_step(self, phase: str, step: int) -> None:
+        """An epoch's steps begin: until one completes, the start-up allowance holds."""
+        self.stepped = False
+        self.enter(phase, step)
 
     def limit(self, phase: str) -> Optional[float]:
         """Seconds `phase` may last; None: no limit."""

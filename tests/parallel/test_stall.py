@@ -96,4 +96,5 @@ def test_a_frozen_rank_is_named_from_its_missing_heartbeats(tmp_path):
     assert "(last: " in stopped[0], stopped[0]
     assert "stall_shutdown_seconds" not in output and "stall inspector" not in stopped[0]
     assert any("rank 1 (" in line and "no heartbeat for" in line for line in watchdog_lines(output))
+    print("\n".join(watchdog_lines(output) + stopped))
     assert "Traceback" not in ranks_output(output), output[-3000:]

@@ -62,6 +62,9 @@ def test_the_first_step_and_checkpoints_get_the_slow_allowance_waiting_ranks_a_g
     phases.restart()  # a new elastic world: its first step is slow again
     assert phases.where.phase == watchdog.STARTING
     assert phases.limit(watchdog.READING) == 10.0 * watchdog.SLOW_FACTOR
+    phases.step_done(1)
+    phases.first_step(watchdog.READING, 0)  # a new epoch: so is its first step
+    assert phases.limit(watchdog.ALLREDUCE) == 10.0 * watchdog.SLOW_FACTOR + watchdog.grace(10.0)
 
 
 def test_timeout_zero_never_fires():
@@ -215,3 +218,15 @@ def test_a_negative_timeout_is_refused_in_one_line():
 
     with pytest.raises(UserError, match=r"^config training.stall_timeout_seconds=-1.0: must be >= 0$"):
         cfg.load(overrides=["training.stall_timeout_seconds=-1"])
+
+
+def test_the_shutdown_line_names_the_silent_rank_and_blames_no_stall_shutdown_under_gloo():
+    from hvdcls.backend import Context
+    from hvdcls.training.run import shutdown_message
+
+    gloo0, mpi1 = Context("torch", 0, 2, 0, 2, "gloo", "cpu", 1), Context("torch", 1, 2, 1, 2, "mpi", "cpu", 1)
+    silent = "rank 1 (w2): no heartbeat for 31 s (last: computing, step 5)"
+    assert shutdown_message(gloo0, silent) == ("rank 0: Horovod shut the job down while this rank "
+                                               f"waited in a collective: {silent}")
+    assert "stall" not in shutdown_message(gloo0, None)
+    assert "Missing ranks: N!" in shutdown_message(mpi1, None)  # MPI: the inspector may have spoken
