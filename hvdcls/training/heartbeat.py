@@ -65,7 +65,8 @@ class Sender:
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             self._send(message)
-            ready, _, _ = select.select([self.sock], [], [], min(0.5, max(0.0, deadline - time.monotonic())))
+            left = max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self.sock], [], [], min(0.5, left))
             if ready:
                 try:
                     if json.loads(self.sock.recv(MAX_DATAGRAM)).get("kind") == "ack":

@@ -98,7 +98,7 @@ def train(config: cfg.Config, backend_name: str) -> dict:
     ctx = backend.init(config)
     check_controller(config, ctx)
     kind: RunKind = ElasticRun() if config.training.elastic else PlainRun()
-    dog = kind.watchdog(job, ctx)
+    dog = kind.start_watchdog(job, ctx)
     try:
         return train_watched(job, ctx, kind, dog)
     finally:
@@ -168,7 +168,7 @@ class RunKind(abc.ABC):
         """Rank 0's watchers (hvdcls.training.run.make_sinks); none on other ranks."""
 
     @abc.abstractmethod
-    def watchdog(self, job: Job, ctx: Context) -> watchdog.Watchdog:
+    def start_watchdog(self, job: Job, ctx: Context) -> watchdog.Watchdog:
         """This rank's watchdog, started (hvdcls.training.watchdog)."""
 
     @abc.abstractmethod
@@ -206,7 +206,7 @@ class PlainRun(RunKind):
                                    "monitor", share_result=False)
         return sinks or []
 
-    def watchdog(self, job: Job, ctx: Context) -> watchdog.Watchdog:
+    def start_watchdog(self, job: Job, ctx: Context) -> watchdog.Watchdog:
         # Every rank joins the broadcast of rank 0's heartbeat address.
         share = lambda address: job.backend.broadcast_object(address, "heartbeat")  # noqa: E731
         return watchdog.start(job.config.training.stall_timeout_seconds, ctx.rank, ctx.size, share)
@@ -242,7 +242,7 @@ class ElasticRun(RunKind):
     def make_sinks(self, job: Job, ctx: Context, outputs: RunOutputs) -> list[Sink]:
         return make_sinks(job.config, job.backend_name, outputs) if ctx.is_main else []
 
-    def watchdog(self, job: Job, ctx: Context) -> watchdog.Watchdog:
+    def start_watchdog(self, job: Job, ctx: Context) -> watchdog.Watchdog:
         # No collective before the elastic loop syncs, so no heartbeat address to share:
         # each rank watches itself, and a rank its watchdog ends is a failed worker.
         return watchdog.start(job.config.training.stall_timeout_seconds, ctx.rank, ctx.size, None)

@@ -32,7 +32,8 @@ TIMEOUT = 8  # training.stall_timeout_seconds: tight, the digits' steps take mil
 BOUND = 240
 
 
-def launch_stalled(tmp_path: Path, backend: str, hook: dict, *args: str) -> tuple[subprocess.CompletedProcess, str]:
+def launch_stalled(tmp_path: Path, backend: str, hook: dict,
+                   *args: str) -> tuple[subprocess.CompletedProcess, str]:
     command = launch.hvdcls_command("train", "--backend", backend, "--config", DIGITS, "--epochs", "1",
                                     "schedule.warmup_epochs=0", "--output-dir", str(tmp_path / "run"),
                                     f"training.stall_timeout_seconds={TIMEOUT}", *args)

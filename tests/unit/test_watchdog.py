@@ -224,7 +224,8 @@ def test_the_shutdown_line_names_the_silent_rank_and_blames_no_stall_shutdown_un
     from hvdcls.backend import Context
     from hvdcls.training.run import shutdown_message
 
-    gloo0, mpi1 = Context("torch", 0, 2, 0, 2, "gloo", "cpu", 1), Context("torch", 1, 2, 1, 2, "mpi", "cpu", 1)
+    gloo0 = Context("torch", 0, 2, 0, 2, "gloo", "cpu", 1)
+    mpi1 = Context("torch", 1, 2, 1, 2, "mpi", "cpu", 1)
     silent = "rank 1 (w2): no heartbeat for 31 s (last: computing, step 5)"
     assert shutdown_message(gloo0, silent) == ("rank 0: Horovod shut the job down while this rank "
                                                f"waited in a collective: {silent}")
