@@ -231,3 +231,18 @@ def test_the_shutdown_line_names_the_silent_rank_and_blames_no_stall_shutdown_un
                                                f"waited in a collective: {silent}")
     assert "stall" not in shutdown_message(gloo0, None)
     assert "Missing ranks: N!" in shutdown_message(mpi1, None)  # MPI: the inspector may have spoken
+
+
+def test_the_stall_hook_holds_in_the_data_read_of_its_step_only(monkeypatch):
+    from hvdcls.training import faults
+
+    held = []
+    monkeypatch.setattr(faults, "_hold", held.append)
+    monkeypatch.setenv(faults.STALL, "1:3")
+    groups = [[i] for i in range(6)]
+    assert list(faults.stalling(groups, 0, 0, True)) == groups and held == []  # another rank
+    assert list(faults.stalling(groups, 1, 0, False)) == groups and held == []  # a later epoch
+    assert list(faults.stalling(groups[2:], 1, 2, True)) == groups[2:]  # numbered from step 2
+    assert len(held) == 1 and "step 3" in held[0]
+    monkeypatch.delenv(faults.STALL)
+    assert list(faults.stalling(groups, 1, 0, True)) == groups and len(held) == 1
