@@ -104,8 +104,8 @@ class TrainingConfig:
     commit_every: int = 20  # elastic: commit training state every N steps (and at each epoch end)
     # Every rank's watchdog (hvdcls.training.watchdog): a rank that spends this long in one
     # phase (reading data, computing, waiting in the all-reduce, ...) without a step ends its
-    # process with exit status 75, naming itself and the phase. Each epoch's first step and
-    # checkpoint writes get 3x this; 0: no watchdog (and no heartbeats).
+    # process with exit status 75, naming itself and the phase. The start, each epoch's end
+    # and first step, and checkpoint writes get 3x this; 0: no watchdog (and no heartbeats).
     stall_timeout_seconds: float = 600.0
 
 

@@ -214,7 +214,7 @@ class Trainer:
         loader = LoaderWait(self.backend.loader(batches, self.config.data.workers))
         first_epoch = epoch == self.first_epoch
         groups = faults.stalling(grouped(loader, self.passes), self.ctx.rank, first_step, first_epoch)
-        self.phases.first_step(READING, first_step)
+        self.phases.slow_until_step(READING, first_step)
         for i, micro in enumerate(groups):
             step = first_step + i
             self.phases.enter(self.step_phase, step)
@@ -251,7 +251,7 @@ class Trainer:
         """Evaluate, record and maybe checkpoint the epoch (every rank: collectives inside).
         `started`: when the epoch began, for its wall time; None where it spans attempts
         (elastic), and then only its training time is known and stands for it."""
-        self.phases.enter(EPOCH_COLLECTIVES)
+        self.phases.slow_until_step(EPOCH_COLLECTIVES)
         self.backend.sync_buffers()  # Horovod: BN statistics are not gradients; average them
         val = self.evaluate()
         seconds = train_seconds if started is None else time.perf_counter() - started

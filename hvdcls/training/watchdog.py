@@ -8,10 +8,11 @@ prints one line naming the rank, its host, its phase and how long, has the run's
 written (rank 0), and ends the process with EXIT_STALLED; the launcher then ends the job,
 and Horovod's elastic mode counts it as a failed worker and goes on without it.
 
-Limits (training.stall_timeout_seconds, T): T in each phase; SLOW_FACTOR x T until the first
-step of a run, of an elastic world and of every epoch has completed (a first-step compile,
-loader workers starting, a peer still writing the last epoch's checkpoint), and while
-writing a checkpoint or committing elastic state; a rank that waits for others (in an
+Limits (training.stall_timeout_seconds, T): T in each phase; SLOW_FACTOR x T from the start
+of a run, of an elastic world and of every epoch end until the next step has completed (a
+first-step compile, an evaluation's first batch, rank 0 drawing its report, loader workers
+starting, a peer still writing a checkpoint), and while writing a checkpoint or committing
+elastic state; a rank that waits for others (in an
 all-reduce) gets a grace more, so that the rank it waits for, when alive, is the one that
 speaks first; re-forming an elastic world has no limit (Horovod's --elastic-timeout bounds it).
 
@@ -108,8 +109,9 @@ class Phases:
         self.stepped = False
         self.enter(STARTING)
 
-    def first_step(self, phase: str, step: int) -> None:
-        """An epoch's steps begin: until one completes, the start-up allowance holds."""
+    def slow_until_step(self, phase: str, step: Optional[int] = None) -> None:
+        """Enter `phase` with the start-up allowance, held until the next step completes: an
+        epoch's end (a first evaluation compiles, rank 0 draws its report) and its first step."""
         self.stepped = False
         self.enter(phase, step)
 

@@ -63,7 +63,7 @@ def test_the_first_step_and_checkpoints_get_the_slow_allowance_waiting_ranks_a_g
     assert phases.where.phase == watchdog.STARTING
     assert phases.limit(watchdog.READING) == 10.0 * watchdog.SLOW_FACTOR
     phases.step_done(1)
-    phases.first_step(watchdog.READING, 0)  # a new epoch: so is its first step
+    phases.slow_until_step(watchdog.READING, 0)  # a new epoch: so is its first step
     assert phases.limit(watchdog.ALLREDUCE) == 10.0 * watchdog.SLOW_FACTOR + watchdog.grace(10.0)
 
 
