@@ -136,6 +136,16 @@ class Backend(abc.ABC):
         hosts change, Horovod is re-initialised, `state` restored and synced, and `attempt`
         called again with the new world's Context. Returns the last attempt's result."""
 
+    # The watchdog's view of a step (hvdcls.training.watchdog): a backend that can tell when its
+    # step stops computing and starts waiting for the all-reduced gradients sets
+    # `marks_allreduce_wait` and calls `waiting_for_allreduce()` there; the loop sets the hook.
+    marks_allreduce_wait = False
+    allreduce_wait_hook: Optional[Callable[[], None]] = None
+
+    def waiting_for_allreduce(self) -> None:
+        if self.allreduce_wait_hook is not None:
+            self.allreduce_wait_hook()
+
     def allreduce_wait_seconds(self) -> Optional[float]:
         """Seconds the last train_step blocked waiting for its gradient all-reduce once the
         backward pass was done (Horovod overlaps the rest with backward), measured on the

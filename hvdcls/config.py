@@ -102,6 +102,11 @@ class TrainingConfig:
     profile_steps: int = 0  # profile this many steps of the first epoch (torch/TF profiler); 0: off
     elastic: bool = False  # Horovod elastic mode (horovodrun --min-np/--max-np/--host-discovery-script)
     commit_every: int = 20  # elastic: commit training state every N steps (and at each epoch end)
+    # Every rank's watchdog (hvdcls.training.watchdog): a rank that spends this long in one
+    # phase (reading data, computing, waiting in the all-reduce, ...) without a step ends its
+    # process with exit status 75, naming itself and the phase. The start, each epoch's end
+    # and first step, and checkpoint writes get 3x this; 0: no watchdog (and no heartbeats).
+    stall_timeout_seconds: float = 600.0
 
 
 @dataclass
@@ -188,6 +193,7 @@ POSITIVE = ("data.image_size", "data.synthetic.num_samples", "data.synthetic.num
 NON_NEGATIVE = ("data.workers", "optimizer.lr", "optimizer.momentum", "optimizer.weight_decay",
                 "schedule.warmup_epochs", "schedule.min_lr_factor", "output.checkpoint_every",
                 "training.label_smoothing", "training.seed", "training.profile_steps",
+                "training.stall_timeout_seconds",
                 "output.metrics_linger_seconds", "horovod.stall_check_seconds",
                 "horovod.stall_shutdown_seconds", "horovod.powersgd.start_iter")
 OPTIONAL_POSITIVE = ("model.num_classes", "training.grad_clip_norm", "training.threads",

@@ -6,6 +6,8 @@ hvdcls.horovod_backend.HorovodBackend's, given horovod.tensorflow here. allreduc
 stays the contract's None: the all-reduce runs inside the compiled step
 (DistributedGradientTape in a tf.function), interleaved with the backward pass, and timing
 it apart would mean a different step; Horovod's timeline measures it (`hvdcls timeline PATH`).
+For the same reason the watchdog sees the step as one phase, "in the step (computing or
+waiting in the all-reduce)" (hvdcls.training.watchdog.IN_STEP): marks_allreduce_wait stays False.
 
 Keras 3 note: Horovod's helpers expect `tf.Variable`s but Keras 3 hands out its own
 variables (`broadcast_variables` fails with "'SymbolicTensor' object has no attribute

@@ -61,6 +61,8 @@ def pick_device(config: Config, local_rank: int) -> torch.device:
 
 class TorchBackend(HorovodBackend):
     name = "torch"
+    # backward's hooks submit the gradients; what follows them is waiting for the all-reduce
+    marks_allreduce_wait = True
 
     def __init__(self):
         super().__init__(hvd, {"torch": torch.__version__, "torchvision": torchvision.__version__})
@@ -141,9 +143,11 @@ class TorchBackend(HorovodBackend):
             self._powersgd_step()
         elif self.adasum:  # Horovod: Adasum combines the weight updates inside step() itself
             self._unscale_and_clip()
+            self.waiting_for_allreduce()
             self.scaler.step(self.optimizer)
             self.last_allreduce_wait = None  # inside step(), with the update: not separable
         else:
+            self.waiting_for_allreduce()
             started = time.perf_counter()
             self.optimizer.synchronize()  # Horovod: wait for the all-reduced gradients
             self.last_allreduce_wait = time.perf_counter() - started
@@ -160,6 +164,7 @@ class TorchBackend(HorovodBackend):
         for p in self.params:
             if p.grad is None:  # an unused parameter still takes its part in the all-reduces
                 p.grad = torch.zeros_like(p)
+        self.waiting_for_allreduce()
         started = time.perf_counter()
         scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
         self.reducer.reduce_([p.grad for p in self.params], scale)

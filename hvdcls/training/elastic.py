@@ -32,6 +32,7 @@ from hvdcls.observe.monitor import EpochRecord, Monitor
 from hvdcls.training import schedule
 from hvdcls.training.loop import EpochTimes, Reduced, StepHook, Tally, Trainer, as_floats
 from hvdcls.training.outputs import RunOutputs
+from hvdcls.training.watchdog import COMMITTING, RESETTING, Phases, Watchdog
 
 # Test hook, "RANK:STEP:MARKER": the worker of that rank SIGKILLs itself after global step
 # STEP, once per job (MARKER, a file path, records that it happened).
@@ -109,9 +110,9 @@ class Commits(StepHook):
     since the last commit folded into the state and committed."""
 
     def __init__(self, state, backend: Backend, rank: int, per_step: int, commit_every: int,
-                 recoveries: Recoveries):
+                 recoveries: Recoveries, phases: Optional[Phases] = None):
         self.state, self.backend, self.rank, self.per_step = state, backend, rank, per_step
-        self.commit_every, self.recoveries = commit_every, recoveries
+        self.commit_every, self.recoveries, self.phases = commit_every, recoveries, phases or Phases()
 
     def before_step(self, step: int) -> None:
         self.recoveries.step_started()
@@ -120,6 +121,7 @@ class Commits(StepHook):
         self.recoveries.step_done()
         kill_if_asked(self.rank, self.state.global_step + tally.steps)
         if tally.steps == self.commit_every:
+            self.phases.enter(COMMITTING)
             self.fold(tally)
             self.state.commit()  # Horovod: a snapshot to roll back to; raises on host changes
             tally.restart()
@@ -141,16 +143,28 @@ class ElasticTrainer:
     """One attempt per (re)start of the world; everything lasting lives in `state`."""
 
     def __init__(self, config: Config, backend: Backend, data: Data, run_dir: Path,
-                 monitor: Monitor, make_outputs: Callable[[Path, bool], RunOutputs] = RunOutputs):
+                 monitor: Monitor, watchdog: Watchdog,
+                 make_outputs: Callable[[Path, bool], RunOutputs] = RunOutputs):
         self.config, self.backend, self.data, self.run_dir = config, backend, data, run_dir
-        self.monitor, self.make_outputs = monitor, make_outputs
+        self.monitor, self.watchdog, self.make_outputs = monitor, watchdog, make_outputs
         self.recoveries = Recoveries()
 
     def attempt(self, state, ctx: Context) -> Trainer:
-        """Train from the state's point to the end, in the world as it is now."""
+        """Train from the state's point to the end, in the world as it is now. Leaving it for
+        a reset, the watchdog lets Horovod take its time (its --elastic-timeout bounds it)."""
+        self.watchdog.rank = ctx.rank
+        self.watchdog.phases.restart()
+        try:
+            return self.attempt_here(state, ctx)
+        except BaseException:
+            self.watchdog.phases.enter(RESETTING)
+            raise
+
+    def attempt_here(self, state, ctx: Context) -> Trainer:
         self.recoveries.restarted(state, ctx)
         outputs = self.make_outputs(self.run_dir, ctx.is_main)
-        trainer = Trainer(self.config, self.backend, ctx, self.data, outputs, self.monitor)
+        trainer = Trainer(self.config, self.backend, ctx, self.data, outputs, self.monitor,
+                          self.watchdog.phases)
         if self.recoveries.attempts > 1:
             outputs.say(f"elastic: {ctx.size} worker(s), resuming epoch {state.epoch + 1} after "
                         f"{state.consumed} of its samples (global step {state.global_step})")
@@ -176,7 +190,7 @@ class ElasticTrainer:
         position = schedule_position(epoch, state.consumed, shards)
         lr_at = world_schedule(self.config, shards)
         commits = Commits(state, self.backend, ctx.rank, shards.per_step,
-                          self.config.training.commit_every, self.recoveries)
+                          self.config.training.commit_every, self.recoveries, trainer.phases)
         times = EpochTimes()  # no bytes per step: an attempt sees only part of the epoch
         tally = trainer.run_steps(epoch, batches, first, lambda i: lr_at(position + i), times,
                                   commits)
@@ -192,14 +206,15 @@ class ElasticTrainer:
         state.history = state.history + [record]  # a new list: the saved snapshot keeps the old
         state.epoch, state.consumed, state.epoch_steps = state.epoch + 1, 0, 0
         state.train_sums, state.train_seconds = [0.0, 0.0, 0.0], 0.0
+        trainer.phases.enter(COMMITTING)
         state.commit()
 
 
 def run(config: Config, backend: Backend, data: Data, run_dir: Path, monitor: Monitor,
-        start_epoch: int, history: list[EpochRecord]) -> tuple[Trainer, Any, dict]:
+        start_epoch: int, history: list[EpochRecord], watchdog: Watchdog) -> tuple[Trainer, Any, dict]:
     """Train under Horovod's elastic retry; returns (the last attempt's trainer, the state,
     what the resets cost as this process saw them)."""
-    elastic = ElasticTrainer(config, backend, data, run_dir, monitor)
+    elastic = ElasticTrainer(config, backend, data, run_dir, monitor, watchdog)
     state = backend.elastic_state(initial_progress(start_epoch, history))
     trainer = backend.elastic_run(state, elastic.attempt)
     return trainer, state, elastic.recoveries.summary(state, config.training.commit_every)

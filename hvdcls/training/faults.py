@@ -3,8 +3,13 @@ that tests/parallel and tests/cases can check what a real failure does to a real
 
 Each hook is inert unless its environment variable is set; nobody sets them outside tests.
 
-    HVDCLS_TEST_STALL=RANK:STEP         rank RANK stops submitting tensors: before training step
-                                        STEP of its first epoch it sleeps instead (until killed)
+    HVDCLS_TEST_STALL=RANK:STEP         rank RANK stops submitting tensors: reading the data of
+                                        training step STEP of its first epoch, it sleeps instead
+                                        (until killed), as a loader that blocks for ever would
+    HVDCLS_TEST_FREEZE=RANK:STEP:PIDFILE  rank RANK writes its process id to PIDFILE and stops
+                                        itself whole (SIGSTOP) before training step STEP of its
+                                        first epoch, as a host that vanished would; the test
+                                        kills it
     HVDCLS_TEST_HOLD_CHECKPOINT=EPOCH   the writer of checkpoint EPOCH stops inside the write,
                                         once the backend's files are in the temporary directory
                                         and before the rename; it creates HELD_MARKER there and
@@ -16,11 +21,14 @@ to kill it still cannot leave it behind.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
+from typing import Iterable, Iterator
 
 STALL = "HVDCLS_TEST_STALL"
+FREEZE = "HVDCLS_TEST_FREEZE"
 HOLD_CHECKPOINT = "HVDCLS_TEST_HOLD_CHECKPOINT"
 HELD_MARKER = "test-hook-held"
 HOLD_SECONDS = 300
@@ -34,14 +42,33 @@ def _hold(reason: str) -> None:
     os._exit(3)
 
 
-def stall_point(rank: int, step: int, first_epoch: bool) -> None:
-    """Called before every training step; holds rank RANK at STEP when HVDCLS_TEST_STALL is set."""
-    wanted = os.environ.get(STALL)
-    if not wanted or not first_epoch:
-        return
-    stall_rank, _, stall_step = wanted.partition(":")
-    if rank == int(stall_rank) and step == int(stall_step or 0):
-        _hold(f"rank {rank} stops submitting tensors before step {step}")
+def _wanted_step(variable: str, rank: int) -> int | None:
+    """The step a "RANK:STEP[:...]" hook names for this rank; None: not this rank, or unset."""
+    wanted = os.environ.get(variable)
+    if not wanted:
+        return None
+    hook_rank, _, rest = wanted.partition(":")
+    return int(rest.split(":")[0] or 0) if int(hook_rank) == rank else None
+
+
+def stalling(groups: Iterable[list], rank: int, first_step: int, first_epoch: bool) -> Iterator[list]:
+    """The step loop's micro-batch groups, numbered from `first_step`; when HVDCLS_TEST_STALL
+    names this rank, reading the group of its step holds instead (the loop is reading data)."""
+    step = _wanted_step(STALL, rank) if first_epoch else None
+    for index, group in enumerate(groups):
+        if first_step + index == step:
+            _hold(f"rank {rank} stops submitting tensors: reading the data of step {step} never returns")
+        yield group
+
+
+def freeze_point(rank: int, step: int, first_epoch: bool) -> None:
+    """Called before every training step; SIGSTOPs rank RANK at STEP when HVDCLS_TEST_FREEZE is set."""
+    if first_epoch and _wanted_step(FREEZE, rank) == step:
+        pid_file = os.environ[FREEZE].split(":", 2)[2]
+        Path(pid_file).write_text(str(os.getpid()))
+        print(f"hvdcls: test hook: rank {rank} stops itself (SIGSTOP) before step {step}",
+              file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def checkpoint_point(epoch: int, tmp: Path) -> None:

@@ -26,6 +26,8 @@ from hvdcls.observe.monitor import EpochRecord, LossReads, Monitor, RunInfo, Ste
 from hvdcls.training import checkpoint, faults, schedule
 from hvdcls.training.outputs import RunOutputs
 from hvdcls.training.profiling import StepProfiler
+from hvdcls.training.watchdog import (ALLREDUCE, CHECKPOINTING, COMPUTING, EPOCH_COLLECTIVES,
+                                      EVALUATING, IN_STEP, READING, RECORDING, Phases)
 
 
 def epoch_seed(seed: int, epoch: int, rank: int) -> int:
@@ -115,16 +117,6 @@ class StepHook:
         """Called once the step is counted in `tally` (which the hook may fold and restart)."""
 
 
-class StallPoint(StepHook):
-    """Plain runs: the test hook that makes one rank stop submitting (hvdcls.training.faults)."""
-
-    def __init__(self, rank: int, first_epoch: bool):
-        self.rank, self.first_epoch = rank, first_epoch
-
-    def before_step(self, step: int) -> None:
-        faults.stall_point(self.rank, step, self.first_epoch)  # inert outside tests
-
-
 def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seconds: float,
                  epoch_seconds: float, times: EpochTimes, world_size: int,
                  steps: int) -> EpochRecord:
@@ -153,9 +145,14 @@ class Trainer:
     `evaluate`, `save`, and the attributes `ctx`, `outputs`, `shards`."""
 
     def __init__(self, config: Config, backend: Backend, ctx: Context, data: Data,
-                 outputs: RunOutputs, monitor: Optional[Monitor] = None):
+                 outputs: RunOutputs, monitor: Optional[Monitor] = None,
+                 phases: Optional[Phases] = None):
         self.config, self.backend, self.ctx, self.data, self.outputs = config, backend, ctx, data, outputs
         self.monitor = monitor or Monitor([])
+        # Where this rank is, for its watchdog (hvdcls.training.watchdog); inert without one.
+        self.phases = phases or Phases()
+        backend.allreduce_wait_hook = lambda: self.phases.enter(ALLREDUCE)
+        self.step_phase = COMPUTING if backend.marks_allreduce_wait else IN_STEP
         self.passes = config.horovod.backward_passes_per_step
         self.shards = TrainShards(len(data.train), ctx.size, ctx.rank, config.training.batch_size,
                                   self.passes, config.training.seed)
@@ -194,10 +191,10 @@ class Trainer:
         batches = self.epoch_batches(epoch, self.shards.batches(epoch))
         steps = self.shards.steps_per_epoch
         times = EpochTimes(sent_before=sent_bytes(self.backend))
-        tally = self.run_steps(epoch, batches, 0, lambda i: self.lr_at(epoch * steps + i), times,
-                               StallPoint(self.ctx.rank, epoch == self.first_epoch))
+        tally = self.run_steps(epoch, batches, 0, lambda i: self.lr_at(epoch * steps + i), times)
         seconds = tally.seconds()
         times.close(sent_bytes(self.backend))
+        self.phases.enter(EPOCH_COLLECTIVES)
         reduced = self.backend.allreduce_sum(as_floats(tally.total), f"train_metrics.{epoch}")
         return Reduced.from_sums(reduced), seconds, tally.lr, times
 
@@ -215,15 +212,22 @@ class Trainer:
         tally = Tally()
         loss_reads = LossReads(self.config.training.log_every)
         loader = LoaderWait(self.backend.loader(batches, self.config.data.workers))
-        for i, micro in enumerate(grouped(loader, self.passes)):
+        first_epoch = epoch == self.first_epoch
+        groups = faults.stalling(grouped(loader, self.passes), self.ctx.rank, first_step, first_epoch)
+        self.phases.slow_until_step(READING, first_step)
+        for i, micro in enumerate(groups):
             step = first_step + i
+            self.phases.enter(self.step_phase, step)
+            faults.freeze_point(self.ctx.rank, step, first_epoch)  # inert outside tests
             hook.before_step(step)
             lr = lr_at(i)
             timed = self.timed_step(epoch, step, micro, lr, loader.take(), loss_reads)
             tally.add(timed.sums, lr)
             times.add(timed.sample)
             self.monitor.step(timed.sample)
+            self.phases.step_done(step)
             hook.after_step(tally)
+            self.phases.enter(READING, step + 1)
         return tally
 
     def timed_step(self, epoch: int, step: int, micro: list, lr: float, data_wait: float,
@@ -247,11 +251,13 @@ class Trainer:
         """Evaluate, record and maybe checkpoint the epoch (every rank: collectives inside).
         `started`: when the epoch began, for its wall time; None where it spans attempts
         (elastic), and then only its training time is known and stands for it."""
+        self.phases.slow_until_step(EPOCH_COLLECTIVES)
         self.backend.sync_buffers()  # Horovod: BN statistics are not gradients; average them
         val = self.evaluate()
         seconds = train_seconds if started is None else time.perf_counter() - started
         record = epoch_record(epoch, train, val, lr, train_seconds, seconds, times,
                               self.ctx.size, steps)
+        self.phases.enter(RECORDING)
         self.outputs.add_epoch(record)
         self.monitor.epoch(record, self.outputs.history)
         epochs = self.config.training.epochs
@@ -265,8 +271,11 @@ class Trainer:
         indices = eval_batches(len(val), self.ctx.size, self.ctx.rank, self.config.training.batch_size)
         batches = EpochBatches(val, indices, self.preprocess, 0, train=False)
         total = None
+        self.phases.enter(EVALUATING)
         for batch in self.backend.loader(batches, self.config.data.workers):
             total = add(total, self.backend.eval_step(batch))
+            self.phases.beat()
+        self.phases.enter(EPOCH_COLLECTIVES)
         return Reduced.from_sums(self.backend.allreduce_sum(as_floats(total), "val_metrics"))
 
     def make_profiler(self, start_epoch: int) -> Optional[StepProfiler]:
@@ -278,6 +287,7 @@ class Trainer:
                             self.shards.steps_per_epoch, wanted, self.monitor.note)
 
     def save(self, epochs_done: int) -> None:
+        self.phases.enter(CHECKPOINTING)
         self.backend.prepare_checkpoint()  # every rank: it may be a collective
         if not self.ctx.is_main:  # Horovod: weights are identical on every rank; rank 0 writes
             return

@@ -27,7 +27,7 @@ from hvdcls.data import bad_files, datasets
 from hvdcls.data.sources import Data
 from hvdcls.errors import JobStopped, UserError
 from hvdcls.observe.monitor import EpochRecord, Monitor, Sink
-from hvdcls.training import checkpoint, elastic
+from hvdcls.training import checkpoint, elastic, watchdog
 from hvdcls.training.loop import Trainer
 from hvdcls.training.outputs import EVAL_FILE, RunOutputs, default_run_dir
 
@@ -98,19 +98,33 @@ def train(config: cfg.Config, backend_name: str) -> dict:
     ctx = backend.init(config)
     check_controller(config, ctx)
     kind: RunKind = ElasticRun() if config.training.elastic else PlainRun()
+    dog = kind.start_watchdog(job, ctx)
+    try:
+        return train_watched(job, ctx, kind, dog)
+    finally:
+        dog.stop()
+
+
+def train_watched(job: Job, ctx: Context, kind: "RunKind", dog: watchdog.Watchdog) -> dict:
+    """train() once this rank's watchdog runs: every phase from here on is bounded."""
+    config, backend, data = job.config, job.backend, job.data
     resumed = kind.read_resume(job, ctx)
-    outputs = RunOutputs(choose_run_dir(config, backend_name, resumed), enabled=ctx.is_main)
+    outputs = RunOutputs(choose_run_dir(config, job.backend_name, resumed), enabled=ctx.is_main)
+    dog.last_record = lambda stop: outputs.write_summary(stopped_summary(job, ctx, outputs, stop))
     outputs.say(banner(job, ctx, kind.label, outputs.run_dir))
     backend.seed(config.training.seed)  # the same initial weights for the same seed, run after run
-    model_info = backend.build(config, num_classes)
+    model_info = backend.build(config, job.num_classes)
     start_epoch, history = kind.restore(job, ctx, resumed, outputs)
     if config.training.eval_only:  # plain runs only: the config refuses it with elastic
-        return evaluate_only(Trainer(config, backend, ctx, data, outputs), backend, ctx, resumed, outputs)
+        trainer = Trainer(config, backend, ctx, data, outputs, phases=dog.phases)
+        return evaluate_only(trainer, backend, ctx, resumed, outputs)
     with Monitor(kind.make_sinks(job, ctx, outputs)) as monitor:
         outputs.write_config(cfg.to_yaml(config))
         with bad_file_failures(data):
-            ended = kind.train(job, ctx, outputs, monitor, start_epoch, history)
+            ended = kind.train(job, ctx, outputs, monitor, start_epoch, history, dog)
+        dog.phases.enter(watchdog.FINISHING)
         summary = closing_summary(job, ended, model_info, resumed)
+        dog.stop()  # the last collective is done; rank 0 may linger for a last scrape
         publish(summary, ended.outputs, monitor, kind.details(summary))
     return summary
 
@@ -154,8 +168,12 @@ class RunKind(abc.ABC):
         """Rank 0's watchers (hvdcls.training.run.make_sinks); none on other ranks."""
 
     @abc.abstractmethod
+    def start_watchdog(self, job: Job, ctx: Context) -> watchdog.Watchdog:
+        """This rank's watchdog, started (hvdcls.training.watchdog)."""
+
+    @abc.abstractmethod
     def train(self, job: Job, ctx: Context, outputs: RunOutputs, monitor: Monitor,
-              start_epoch: int, history: list[EpochRecord]) -> Ended:
+              start_epoch: int, history: list[EpochRecord], dog: watchdog.Watchdog) -> Ended:
         """Every remaining epoch, from `start_epoch` on."""
 
     @abc.abstractmethod
@@ -188,10 +206,15 @@ class PlainRun(RunKind):
                                    "monitor", share_result=False)
         return sinks or []
 
+    def start_watchdog(self, job: Job, ctx: Context) -> watchdog.Watchdog:
+        # Every rank joins the broadcast of rank 0's heartbeat address.
+        share = lambda address: job.backend.broadcast_object(address, "heartbeat")  # noqa: E731
+        return watchdog.start(job.config.training.stall_timeout_seconds, ctx.rank, ctx.size, share)
+
     def train(self, job: Job, ctx: Context, outputs: RunOutputs, monitor: Monitor,
-              start_epoch: int, history: list[EpochRecord]) -> Ended:
-        with horovod_shutdown(job.config, ctx):
-            trainer = Trainer(job.config, job.backend, ctx, job.data, outputs, monitor)
+              start_epoch: int, history: list[EpochRecord], dog: watchdog.Watchdog) -> Ended:
+        with horovod_shutdown(ctx, dog):
+            trainer = Trainer(job.config, job.backend, ctx, job.data, outputs, monitor, dog.phases)
             history = trainer.run(start_epoch, history)
         return Ended(ctx, outputs, history, {})
 
@@ -219,11 +242,16 @@ class ElasticRun(RunKind):
     def make_sinks(self, job: Job, ctx: Context, outputs: RunOutputs) -> list[Sink]:
         return make_sinks(job.config, job.backend_name, outputs) if ctx.is_main else []
 
+    def start_watchdog(self, job: Job, ctx: Context) -> watchdog.Watchdog:
+        # No collective before the elastic loop syncs, so no heartbeat address to share:
+        # each rank watches itself, and a rank its watchdog ends is a failed worker.
+        return watchdog.start(job.config.training.stall_timeout_seconds, ctx.rank, ctx.size, None)
+
     def train(self, job: Job, ctx: Context, outputs: RunOutputs, monitor: Monitor,
-              start_epoch: int, history: list[EpochRecord]) -> Ended:
+              start_epoch: int, history: list[EpochRecord], dog: watchdog.Watchdog) -> Ended:
         # A Horovod shutdown here is elastic's to recover from, not a stall to report.
         trainer, state, recoveries = elastic.run(job.config, job.backend, job.data,
-                                                 outputs.run_dir, monitor, start_epoch, history)
+                                                 outputs.run_dir, monitor, start_epoch, history, dog)
         return Ended(trainer.ctx, trainer.outputs, state.history, {"elastic": recoveries})
 
     def details(self, summary: dict) -> str:
@@ -254,20 +282,40 @@ HOROVOD_SHUT_DOWN = "Horovod has been shut down"
 
 
 @contextmanager
-def horovod_shutdown(config: cfg.Config, ctx: Context):
-    """A collective cut short by Horovod's shutdown, as one line naming this rank. The usual
-    cause is the stall inspector: Horovod's report just before ("Missing ranks: N!") names
-    the rank that stopped submitting tensors."""
+def horovod_shutdown(ctx: Context, dog: watchdog.Watchdog):
+    """A collective cut short by Horovod's shutdown, as one line naming this rank and, on rank
+    0, the ranks whose heartbeats stopped. Under Gloo the usual cause is a peer that died or
+    stopped answering (Gloo's receive timeout, 30 s by default); under MPI also Horovod's
+    stall inspector, whose report just before ("Missing ranks: N!") names the rank."""
     try:
         yield
     except Exception as err:
         if HOROVOD_SHUT_DOWN not in str(err):
             raise
-        raise JobStopped(
-            f"rank {ctx.rank}: Horovod shut the job down while this rank waited in a collective: "
-            "a rank stopped submitting tensors for longer than horovod.stall_shutdown_seconds="
-            f"{config.horovod.stall_shutdown_seconds} (Horovod's report above names it: "
-            "'Missing ranks: N!'), or a rank failed") from None
+        raise JobStopped(shutdown_message(ctx, dog.blame())) from None
+
+
+def shutdown_message(ctx: Context, silent: Optional[str]) -> str:
+    if silent:  # rank 0, from the heartbeats: the ranks that went quiet
+        cause = silent
+    elif ctx.is_main:
+        cause = "a rank failed (every rank's heartbeat was recent, or heartbeats were off)"
+    else:
+        cause = "a rank failed or stopped answering (rank 0's log names it from its heartbeats)"
+    if ctx.controller == "mpi":
+        cause += "; or Horovod's stall inspector stopped it (its report above: 'Missing ranks: N!')"
+    return f"rank {ctx.rank}: Horovod shut the job down while this rank waited in a collective: {cause}"
+
+
+def stopped_summary(job: Job, ctx: Context, outputs: RunOutputs, stop: dict) -> dict:
+    """summary.json when a watchdog ended the run: which rank stopped it, where, and how far
+    the run got (rank 0 writes it; the closing summary needs collectives it cannot run)."""
+    history = outputs.history
+    return {"stopped": stop, "backend": ctx.backend, "world_size": ctx.size,
+            "controller": ctx.controller, "epochs": job.config.training.epochs,
+            "epochs_done": len(history),
+            "val_accuracy": history[-1].val_accuracy if history else None,
+            "wall_seconds": time.time() - job.started, "config": cfg.to_dict(job.config)}
 
 
 def publish(summary: dict, outputs: RunOutputs, monitor: Monitor, details: str) -> None:

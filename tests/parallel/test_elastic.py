@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hvdcls import launch
-from hvdcls.training import elastic
+from hvdcls.training import elastic, faults
 from tests.run_files import read_json, read_metrics
 
 pytestmark = pytest.mark.parallel
@@ -143,3 +143,19 @@ def test_world_below_min_np_ends_the_job_with_a_message(backend, tmp_path):
     assert job.returncode != 0
     assert "Timed out waiting for" in output and "at least 2 Horovod processes" in output, output[-3000:]
     assert not (out / "summary.json").exists()
+
+
+def test_a_worker_its_watchdog_ends_is_a_failed_worker_and_the_job_goes_on(tmp_path):
+    """Rank 1's data read never returns (hvdcls.training.faults.STALL): its watchdog ends it
+    with EXIT_STALLED, Horovod drops it like a killed worker, rank 0 finishes alone."""
+    job, out, _ = start(tmp_path, "torch", 2, 1, TWO_HOSTS, "training.stall_timeout_seconds=8",
+                        env={faults.STALL: "1:5"}, epochs=2, cooldown=None)
+    output = completed(job)
+    stuck = [line for line in output.splitlines() if "hvdcls: watchdog: rank 1 (" in line]
+    assert stuck and "stuck reading data (step 5)" in stuck[0], output[-3000:]
+    assert "hvdcls: watchdog: rank 0" not in output  # the waiting rank outlasted it
+    summary = read_json(out / "summary.json")
+    assert summary["world_size"] == 1 and summary["elastic"]["resets"] >= 1, summary["elastic"]
+    assert "stopped" not in summary
+    assert [r["epoch"] for r in read_metrics(out)] == [1, 2]
+    check_epochs_read_each_sample_at_most_once(out)

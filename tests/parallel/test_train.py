@@ -48,6 +48,8 @@ def test_reaches_the_accuracy_bar_with_identical_weights(digits_run):
     assert len(digests) == NP and len(set(digests)) == 1, digests
     assert summary["data"]["train"] + summary["data"]["val"] == 1797
     assert [r["epoch"] for r in read_metrics(out)] == list(range(1, 13))
+    # every rank's watchdog ran with a tight timeout and never stopped the run
+    assert summary["config"]["training"]["stall_timeout_seconds"] == 30 and "stopped" not in summary
 
 
 def test_only_rank_0_wrote_outputs(digits_run):

@@ -8,6 +8,7 @@ import pytest
 from hvdcls import config as cfg
 from hvdcls.backend import Context, Sums
 from hvdcls.observe.monitor import EpochRecord, Monitor, Sink
+from hvdcls.training import watchdog
 from hvdcls.training.loop import (EpochTimes, Reduced, StepHook, Trainer, epoch_record,
                                   epoch_seed, grouped)
 from hvdcls.training.outputs import RunOutputs
@@ -109,12 +110,22 @@ def test_epoch_record_read_back_from_an_older_file_lacks_later_keys():
 
 
 class CountingBackend:
-    """Just what the step loop calls: a loader over a list, a step that counts its batches."""
+    """Just what the step loop calls: a loader over a list, a step that counts its batches and
+    (like torch's) says when it starts waiting for the all-reduce; it notes the phases seen."""
+
+    marks_allreduce_wait = True
+    allreduce_wait_hook = None
+
+    def __init__(self):
+        self.phases_seen, self.phases = [], None
 
     def loader(self, batches, workers):
         return iter(batches)
 
     def train_step(self, micro, lr):
+        self.phases_seen.append(self.phases.where.phase)
+        self.allreduce_wait_hook()
+        self.phases_seen.append(self.phases.where.phase)
         return Sums(1.0, 1.0, float(len(micro)))
 
     def allreduce_wait_seconds(self):
@@ -145,11 +156,16 @@ def test_step_loop_groups_times_tallies_and_calls_the_hook():
     ctx = Context("torch", 0, 1, 0, 1, "gloo", "cpu", 1)
     data = SimpleNamespace(train=[0] * 8, val=[], name="fake")
     sink = Samples()
-    trainer = Trainer(config, CountingBackend(), ctx, data, RunOutputs("unused", enabled=False),
+    backend = CountingBackend()
+    trainer = Trainer(config, backend, ctx, data, RunOutputs("unused", enabled=False),
                       Monitor([sink]))
+    backend.phases = trainer.phases
     hook, times = Recorder(), EpochTimes()
     tally = trainer.run_steps(0, list(range(6)), 5, lambda i: 0.1 * (i + 1), times, hook)
     assert (hook.before, hook.after) == ([5, 6, 7], [1, 2, 3])  # 6 micro-batches, 2 a step
+    # the watchdog's view: computing, then waiting in the all-reduce, each step; then reading
+    assert backend.phases_seen == [watchdog.COMPUTING, watchdog.ALLREDUCE] * 3
+    assert (trainer.phases.where.phase, trainer.phases.where.step) == (watchdog.READING, 8)
     assert tally.steps == 3 and tally.total == Sums(3.0, 3.0, 6.0)
     assert tally.lr == pytest.approx(0.3)
     assert [(s.step, s.images) for s in sink.samples] == [(5, 4), (6, 4), (7, 4)]
