@@ -117,7 +117,7 @@ def status(args: argparse.Namespace) -> int:
                          ("backend", f"{job['backend']}, np {job['np']}"), ("hosts", hosts_text(job["hosts"])),
                          ("progress", progress_text(job)), ("run dir", job["run_dir"] or "-"),
                          ("last metrics", json.dumps(job.get("last_metrics")) if job.get("last_metrics") else "-"),
-                         ("exit status", job["exit_status"])):
+                         ("exit status", job["exit_status"]), ("slurm job", job.get("external_id"))):
         print(f"{label:>13}: {value if value is not None else '-'}")
     if job["message"]:
         print(job["message"])

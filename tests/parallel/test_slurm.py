@@ -4,6 +4,7 @@ slurmctld and slurmd; tests/slurm_cluster.py), with tiny torch jobs (digits, com
 One workload, run once by the module fixture, and read by the tests:
 
     bad partition        refused at submit with sbatch's reason (HTTP 400; `hvdcls submit` exit 2)
+    2 nodes              refused too: the cluster has one
     X  torch  np 2  long      cancelled once Slurm runs it (`hvdcls cancel`): gone from squeue
     A  torch  np 2  3 epochs  runs on both CPUs; the service restarts while it runs
     F  torch  np 1  no data   submitted after A: pending in Slurm (Resources) until A ends; fails
@@ -92,13 +93,16 @@ def workload(tmp_path_factory):
         server.start()
         try:
             out["bad partition"] = server.http.post("/jobs", json={"np": 1, "slurm": {"partition": "nope"}})
+            out["too many nodes"] = server.http.post("/jobs", json={"np": 2, "slurm": {"tasks_per_node": 1}})
             out["bad partition cli"] = server.cli("submit", "--np", "1", "--partition", "nope")
             out["jobs after refusals"] = server.http.get("/jobs").json()
 
             x = server.submit(2, epochs(50), name="X")
             out["X running"] = server.wait(x, lambda j: j["state"] == "running")
             out["X cancel"] = server.cli("cancel", str(x))
+            asked = time.time()
             out["X"] = server.wait(x, lambda j: j["state"] in FINAL, timeout=60)
+            out["cancel seconds"] = time.time() - asked
             out["squeue after X"] = server.squeue()
 
             a = server.submit(2, epochs(3), name="A")
@@ -111,6 +115,7 @@ def workload(tmp_path_factory):
             out["F"] = server.wait(f, lambda j: j["state"] in FINAL)
             out["A log"] = server.http.get(f"/jobs/{a}/logs").text
             out["jobs"] = server.cli("jobs")
+            out["A status"] = server.cli("status", str(a))
         finally:
             server.stop()
     out["daemons left"] = [p.args[0] for p in cluster.processes if p.poll() is None]
@@ -122,6 +127,10 @@ def test_a_spec_slurm_refuses_gets_one_line_and_leaves_no_job(workload):
     assert reply.status_code == 400, reply.text
     assert reply.json()["detail"] == ("Slurm refused the job: invalid partition specified: nope; "
                                       "Batch job submission failed: Invalid partition name specified")
+    nodes = workload["too many nodes"]  # 2 nodes of 1 task; the cluster has one (EnforcePartLimits=ALL)
+    assert nodes.status_code == 400 and nodes.json()["detail"].startswith("Slurm refused the job: "), nodes.text
+    assert "\n" not in nodes.json()["detail"] and "node" in nodes.json()["detail"].lower(), nodes.text
+    print("more nodes than exist:", nodes.json()["detail"])
     cli = workload["bad partition cli"]
     assert cli.returncode == 2 and cli.stderr.strip().count("\n") == 0, cli
     assert "400: Slurm refused the job: invalid partition specified: nope" in cli.stderr
@@ -150,6 +159,7 @@ def test_a_torch_job_runs_through_slurm_across_a_restart(workload):
     assert 0.7 <= summary["val_accuracy"] <= 1.0, summary["val_accuracy"]
     assert "epoch 3/3 step" in workload["A log"]
     assert workload["jobs"].returncode == 0 and "succeeded" in workload["jobs"].stdout
+    assert f"slurm job: {a['external_id']}" in workload["A status"].stdout, workload["A status"]
 
 
 def test_slurm_orders_the_queue_and_reports_a_failure(workload):
@@ -164,3 +174,11 @@ def test_slurm_orders_the_queue_and_reports_a_failure(workload):
 
 def test_nothing_is_left_running(workload):
     assert workload["daemons left"] == []
+
+
+def test_latencies_through_slurm(workload):
+    """Reported, not bounded: Slurm's part and the job's start."""
+    a = workload["A"]
+    print(f"A (torch, np 2): submit to running {a['queued_seconds']:.1f} s, to first step "
+          f"{a['first_step_seconds']:.1f} s; cancel (scancel) to 'cancelled' {workload['cancel seconds']:.1f} s")
+    assert a["first_step_seconds"] > a["queued_seconds"] >= 0
