@@ -182,3 +182,18 @@ def test_an_older_job_table_gains_the_new_columns(tmp_path):
     with sqlite3.connect(tmp_path / "jobs.db") as db:
         columns = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
     assert {"external_id", "spec", "hosts"} <= columns
+
+
+def test_slurm_script_prints_the_script_and_writes_the_validated_config(tmp_path, capsys):
+    from hvdcls import config as cfg
+    from hvdcls.cli import main
+
+    run_dir = tmp_path / "run"
+    assert main(["slurm-script", "--np", "2", "--run-dir", str(run_dir), "--partition", "debug",
+                 "--name", "pets", "training.epochs=2"]) == 0
+    script = capsys.readouterr().out
+    assert script == slurm.batch_script("pets", 2, "torch", run_dir, slurm.Options(partition="debug"))
+    config = cfg.load(run_dir / runner.JOB_CONFIG)
+    assert (config.training.epochs, config.output.dir) == (2, str(run_dir))
+    assert main(["slurm-script", "--np", "2", "--run-dir", str(run_dir), "training.epohcs=2"]) == 2
+    assert "training.epohcs" in capsys.readouterr().err
