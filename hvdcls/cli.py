@@ -9,6 +9,7 @@
     hvdcls bench [--np 1 2] [--model ...]   step throughput beside DDP and raw Horovod
     hvdcls serve --hosts a:2,b:2            a job queue over HTTP; then submit, jobs, status,
                                             logs -f, cancel (hvdcls/serve/commands.py)
+    hvdcls serve --executor slurm           the same, each job an sbatch job; slurm-script prints one
     horovodrun -np 2 -H localhost:2 --gloo hvdcls smoke --backend torch
     mpirun -np 2 --allow-run-as-root hvdcls smoke --backend tensorflow
 

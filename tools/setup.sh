@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-command, idempotent set-up: `make setup` (CPU hosts) or `make setup GPU=1` (GPU hosts).
 #
-#   1. OpenMPI, a C++ compiler and CMake from Debian's packages, installed when missing;
+#   1. OpenMPI, a C++ compiler, CMake, ssh, Slurm and munge (for the tests) from Debian's
+#      packages, installed when missing;
 #   2. a virtual environment (.venv) with torch + torchvision, TensorFlow (Keras 3), mpi4py
 #      built against that OpenMPI, the service's extra (hvdcls[serve]: FastAPI, uvicorn,
 #      SQLAlchemy, pydantic, httpx), the test tools, and this package (editable);
@@ -32,6 +33,9 @@ system_packages_missing() {
     command -v ssh >/dev/null || missing+=(openssh-client)
     # `hvdcls bench --link-mbit` runs an sshd in each of its network namespaces.
     [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+    # tests/parallel/test_slurm.py starts a private one-node Slurm (`hvdcls serve --executor slurm`).
+    command -v sbatch >/dev/null || missing+=(slurm-wlm)
+    [ -x /usr/sbin/munged ] || missing+=(munge)
     echo "${missing[@]:-}"
 }
 

@@ -33,7 +33,7 @@ from hvdcls import __version__, launch
 from hvdcls.errors import UserError
 from hvdcls.fileio import write_json_atomic
 from hvdcls.serve import runner
-from hvdcls.serve.service import Service, Settings, TooLarge
+from hvdcls.serve.service import Refused, Service, Settings
 from hvdcls.serve.spec import JobSpec
 from hvdcls.serve.store import FINAL, QUEUED, RUNNING, STATES, Job
 
@@ -120,7 +120,7 @@ def make_app(service: Service, token: str) -> FastAPI:
     def submit(spec: JobSpec) -> dict:
         try:
             return view(service.submit(spec))
-        except TooLarge as err:
+        except Refused as err:
             raise HTTPException(400, str(err)) from None
         except UserError as err:
             raise HTTPException(422, str(err)) from None
@@ -159,6 +159,15 @@ def make_app(service: Service, token: str) -> FastAPI:
     return app
 
 
+def make_service(settings: Settings) -> Service:
+    """The executor: the host-list loop (Service) or Slurm (SlurmService)."""
+    if settings.executor == "slurm":
+        from hvdcls.serve.slurm_service import SlurmService
+
+        return SlurmService(settings)
+    return Service(settings)
+
+
 def ensure_token(state_dir: Path) -> str:
     """The service's bearer token, made at first start: readable by its owner only."""
     path = state_dir / TOKEN_FILE
@@ -191,11 +200,12 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8470) -> int:
     sock = bind(host, port)
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
     url = f"http://{shown}:{sock.getsockname()[1]}"
-    service = Service(settings)
+    service = make_service(settings)
     service.start()
     write_json_atomic(settings.state_dir / SERVER_FILE, {"url": url, "pid": os.getpid()})
-    print(f"hvdcls serve: {url}, {service.total_slots} slots on "
-          f"{launch.hosts_arg(settings.inventory)}, state in {settings.state_dir} "
+    where = ("jobs handed to Slurm" if settings.executor == "slurm"
+             else f"{service.total_slots} slots on {launch.hosts_arg(settings.inventory)}")
+    print(f"hvdcls serve: {url}, {where}, state in {settings.state_dir} "
           f"(token: {settings.state_dir / TOKEN_FILE})", flush=True)
     server = uvicorn.Server(uvicorn.Config(make_app(service, token), log_level="warning"))
     try:

@@ -78,6 +78,8 @@ def submit(args: argparse.Namespace) -> int:
     spec = {name: getattr(args, name) for name in ("backend", "np", "overrides", "name", "requeue",
                                                     "hang_seconds", "elastic", "min_np", "max_np")}
     spec["settings"] = cfg.read_file(args.config) if args.config else {}
+    slurm = {name: getattr(args, name) for name in ("partition", "time_limit", "account", "tasks_per_node")}
+    spec["slurm"] = slurm if any(value is not None for value in slurm.values()) else None
     job = connect(args).call("POST", "/jobs", json=spec)
     print(f"job {job['id']} {job['state']} ({job['np']} slots, {job['backend']})")
     return 0
@@ -115,7 +117,7 @@ def status(args: argparse.Namespace) -> int:
                          ("backend", f"{job['backend']}, np {job['np']}"), ("hosts", hosts_text(job["hosts"])),
                          ("progress", progress_text(job)), ("run dir", job["run_dir"] or "-"),
                          ("last metrics", json.dumps(job.get("last_metrics")) if job.get("last_metrics") else "-"),
-                         ("exit status", job["exit_status"])):
+                         ("exit status", job["exit_status"]), ("slurm job", job.get("external_id"))):
         print(f"{label:>13}: {value if value is not None else '-'}")
     if job["message"]:
         print(job["message"])

@@ -25,19 +25,67 @@ def run_serve(args: argparse.Namespace) -> int:
     scheduler = importlib.import_module("hvdcls.serve.scheduler")
     from hvdcls.errors import UserError
 
-    if bool(args.hosts) == bool(args.hosts_file):
-        raise UserError("give the host inventory with --hosts HOST:SLOTS,... or --hosts-file FILE (one)")
-    if args.hosts_file and not args.hosts_file.is_file():
-        raise UserError(f"--hosts-file {args.hosts_file}: no such file")
-    inventory = scheduler.parse_hosts(args.hosts or args.hosts_file.read_text())
+    if args.executor == "slurm":
+        if args.hosts or args.hosts_file:
+            raise UserError("--executor slurm: Slurm owns the nodes; drop --hosts/--hosts-file")
+        inventory = {}
+    else:
+        if bool(args.hosts) == bool(args.hosts_file):
+            raise UserError("give the host inventory with --hosts HOST:SLOTS,... or --hosts-file FILE (one)")
+        if args.hosts_file and not args.hosts_file.is_file():
+            raise UserError(f"--hosts-file {args.hosts_file}: no such file")
+        inventory = scheduler.parse_hosts(args.hosts or args.hosts_file.read_text())
     for root in args.data_root:
         if not root.is_absolute() or not root.is_dir():
             raise UserError(f"--data-root {root}: must be an existing directory, given as an absolute path")
     settings = importlib.import_module("hvdcls.serve.service").Settings(
         state_dir=args.state_dir.expanduser().absolute(), inventory=inventory, data_roots=args.data_root,
         ssh_port=args.ssh_port, grace_seconds=args.grace_seconds, hang_seconds=args.hang_seconds,
-        resize_cooldown_seconds=args.resize_cooldown, network_interface=args.network_interface)
+        resize_cooldown_seconds=args.resize_cooldown, network_interface=args.network_interface,
+        executor=args.executor, slurm=slurm_options(args), poll_seconds=1.0 if args.executor == "slurm" else 0.25)
     return importlib.import_module("hvdcls.serve.app").serve(settings, args.bind, args.port)
+
+
+def slurm_options(args: argparse.Namespace):
+    return importlib.import_module("hvdcls.serve.slurm").Options(
+        partition=args.partition, time_limit=args.time_limit, account=args.account,
+        tasks_per_node=args.tasks_per_node)
+
+
+def add_slurm_options(parser: argparse.ArgumentParser, whose: str) -> None:
+    group = parser.add_argument_group(f"Slurm ({whose})")
+    group.add_argument("--partition", help="sbatch --partition")
+    group.add_argument("--time-limit", help="sbatch --time (MINUTES, HH:MM:SS, D-HH:MM)")
+    group.add_argument("--account", help="sbatch --account")
+    group.add_argument("--tasks-per-node", type=int, help="slots per node (default: Slurm places the tasks)")
+
+
+def run_slurm_script(args: argparse.Namespace) -> int:
+    """Print the batch script for a spec, and write its RUN_DIR/job.yaml, for submitting by hand."""
+    from hvdcls import config as cfg
+    from hvdcls.fileio import write_atomic
+    from hvdcls.serve import runner, slurm
+    from hvdcls.serve import spec as job_spec
+
+    run_dir = args.run_dir.expanduser().absolute()
+    config = cfg.load(args.config, overrides=args.overrides)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(run_dir / runner.JOB_CONFIG, cfg.to_yaml(job_spec.job_config(config, run_dir)).encode())
+    print(slurm.batch_script(args.name or "hvdcls", args.np, args.backend, run_dir, slurm_options(args)), end="")
+    return 0
+
+
+def add_slurm_script(sub) -> None:
+    parser = sub.add_parser("slurm-script", help="print the sbatch script that runs one training job "
+                            "under Slurm (writes RUN_DIR/job.yaml; docs/serve.md)")
+    parser.add_argument("--backend", choices=registry.names(), default="torch")
+    parser.add_argument("--np", type=int, required=True, help="processes (Slurm tasks)")
+    parser.add_argument("--config", type=Path, help="YAML file, as for hvdcls train")
+    parser.add_argument("--name", help="the Slurm job name (default hvdcls)")
+    parser.add_argument("--run-dir", type=Path, required=True, help="the run's output and log directory")
+    add_slurm_options(parser, "sbatch directives")
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+    parser.set_defaults(handler=run_slurm_script)
 
 
 def add_serve(sub) -> None:
@@ -61,6 +109,9 @@ def add_serve(sub) -> None:
                         help="resize an elastic job at most this often (default 60)")
     parser.add_argument("--network-interface", help="elastic jobs' horovodrun --network-interface "
                         "(e.g. lo when every host is this machine)")
+    parser.add_argument("--executor", choices=("hosts", "slurm"), default="hosts",
+                        help="hosts: the service's queue on --hosts; slurm: each job becomes an sbatch job")
+    add_slurm_options(parser, "--executor slurm: defaults a spec's slurm field overrides")
     parser.set_defaults(handler=run_serve)
 
 
@@ -83,6 +134,7 @@ def add_client_commands(sub) -> None:
     submit.add_argument("--min-np", type=int)
     submit.add_argument("--max-np", type=int)
     submit.add_argument("--hang-seconds", type=float, help="end it, failed, after this long without output")
+    add_slurm_options(submit, "a service run with --executor slurm")
     submit.add_argument("overrides", nargs="*", metavar="key=value")
     submit.set_defaults(handler=client("submit"))
     jobs = sub.add_parser("jobs", help="the service's queue and what runs where")
@@ -107,3 +159,4 @@ def add_client_commands(sub) -> None:
 def add_parsers(sub) -> None:
     add_serve(sub)
     add_client_commands(sub)
+    add_slurm_script(sub)

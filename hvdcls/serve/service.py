@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from hvdcls import launch
 from hvdcls.errors import UserError
@@ -22,11 +22,18 @@ from hvdcls.serve import elasticity, runner, scheduler
 from hvdcls.serve import spec as job_spec
 from hvdcls.serve.store import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, Job, Store
 
+if TYPE_CHECKING:
+    from hvdcls.serve import slurm
+
 log = logging.getLogger("hvdcls.serve")
 
 
-class TooLarge(UserError):
-    """The job asks for more slots than the whole inventory has (HTTP 400)."""
+class Refused(UserError):
+    """A valid spec this service cannot run (HTTP 400)."""
+
+
+class TooLarge(Refused):
+    """The job asks for more slots than the whole inventory has."""
 
 
 @dataclass
@@ -40,6 +47,8 @@ class Settings:
     resize_cooldown_seconds: float = 60.0  # an elastic job is resized at most this often
     network_interface: Optional[str] = None  # elastic jobs' horovodrun --network-interface
     poll_seconds: float = 0.25
+    executor: str = "hosts"  # or "slurm": hvdcls.serve.slurm_service
+    slurm: Optional["slurm.Options"] = None  # --executor slurm: partition, time limit, account
 
 
 class Service:
@@ -64,6 +73,8 @@ class Service:
     def submit(self, spec: job_spec.JobSpec) -> Job:
         """Queue a job; UserError (naming the key) for a bad spec, TooLarge for an impossible one."""
         config = job_spec.resolve(spec, self.settings.data_roots)
+        if spec.slurm is not None:
+            raise Refused("slurm: this service runs jobs on its host list (start it with --executor slurm)")
         if spec.most_slots > self.total_slots:
             asked = f"max_np={spec.max_np}" if spec.elastic else f"np={spec.np}"
             raise TooLarge(f"{asked}: the inventory has {self.total_slots} slots in all "

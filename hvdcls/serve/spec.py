@@ -28,6 +28,17 @@ SERVICE_OWNED = {
 DATA_PATHS = ("data.path", "training.resume")
 
 
+class SlurmOptions(BaseModel):
+    """Where and how long under `--executor slurm` (each overrides the service's default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    partition: Optional[str] = Field(default=None, pattern=r"^[\w.-]+$")
+    time_limit: Optional[str] = Field(default=None, pattern=r"^[\d:-]+$", description="MINUTES, HH:MM:SS, D-HH:MM")
+    account: Optional[str] = Field(default=None, pattern=r"^[\w.-]+$")
+    tasks_per_node: Optional[int] = Field(default=None, ge=1, description="default: Slurm places the tasks")
+
+
 class JobSpec(BaseModel):
     """The body of POST /jobs."""
 
@@ -47,6 +58,8 @@ class JobSpec(BaseModel):
                                           "after this long without output (default: the service's)")
     requeue: bool = Field(default=False, description="if a restart finds the job's processes gone: "
                           "queue it again, resuming from its latest checkpoint, instead of failing it")
+    slurm: Optional[SlurmOptions] = Field(default=None, description="--executor slurm: partition, time "
+                                          "limit, account, tasks per node")
 
     @field_validator("backend")
     @classmethod

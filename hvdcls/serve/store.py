@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from sqlalchemy import Boolean, Float, Integer, String, Text, create_engine, event, func, select
+from sqlalchemy import Boolean, Float, Integer, String, Text, create_engine, event, func, inspect, select, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded", "failed", "cancelled"
@@ -52,6 +52,7 @@ class Job(Base):
     stop_reason: Mapped[Optional[str]] = mapped_column(Text)  # None: cancelled; else why it failed
     exit_status: Mapped[Optional[int]] = mapped_column(Integer)
     message: Mapped[Optional[str]] = mapped_column(Text)  # why it failed: reason + last log lines
+    external_id: Mapped[Optional[str]] = mapped_column(String(64))  # its Slurm job id (--executor slurm)
 
     def as_dict(self) -> dict[str, Any]:
         out = {c.name: getattr(self, c.name) for c in self.__table__.columns}
@@ -66,6 +67,7 @@ class Store:
                                                                        "check_same_thread": False})
         event.listen(self.engine, "connect", _sqlite_pragmas)
         Base.metadata.create_all(self.engine)
+        add_new_columns(self.engine)
         self.session = sessionmaker(self.engine, expire_on_commit=False)
 
     def add(self, spec: dict, epochs: int) -> Job:
@@ -77,6 +79,13 @@ class Store:
                       state=QUEUED, submitted_at=time.time(), attempts=0)
             session.add(job)
         return job
+
+    def delete(self, job_id: int) -> None:
+        """Forget a job that never was (its executor refused it at submit)."""
+        with self.session.begin() as session:
+            job = session.get(Job, job_id)
+            if job is not None:
+                session.delete(job)
 
     def get(self, job_id: int) -> Optional[Job]:
         with self.session() as session:
@@ -101,6 +110,16 @@ class Store:
         with self.session() as session:
             rows = session.execute(select(Job.state, func.count()).group_by(Job.state))
             return {**dict.fromkeys(STATES, 0), **{state: n for state, n in rows}}
+
+
+def add_new_columns(engine) -> None:
+    """A table made by an older hvdcls lacks the columns added since (all nullable): add them."""
+    present = {column["name"] for column in inspect(engine).get_columns(Job.__tablename__)}
+    with engine.begin() as connection:
+        for column in Job.__table__.columns:
+            if column.name not in present:
+                kind = column.type.compile(engine.dialect)
+                connection.execute(text(f"ALTER TABLE {Job.__tablename__} ADD COLUMN {column.name} {kind}"))
 
 
 def _sqlite_pragmas(connection, _record) -> None:

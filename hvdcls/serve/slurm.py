@@ -1,0 +1,182 @@
+"""Slurm as the service's executor: the batch script, the calls (sbatch, scontrol, scancel) and
+what their answers mean.
+
+A job becomes one batch job whose script, inside its allocation, asks this module for the hosts
+(`python -m hvdcls.serve.slurm hosts RUN_DIR`: `scontrol show hostnames $SLURM_JOB_NODELIST`,
+slots from `$SLURM_TASKS_PER_NODE`), then runs the same wrapper and `horovodrun ... hvdcls train`
+as the host-list executor. Slurm owns the queue; the service only maps states:
+
+    PENDING, CONFIGURING, REQUEUED, ...      queued
+    RUNNING, COMPLETING, SUSPENDED            running
+    COMPLETED                                 succeeded
+    CANCELLED                                 cancelled
+    FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, ...   failed (the Slurm state in the message)
+
+No slurmdbd is assumed, so no sacct: `scontrol show job` answers until MinJobAge after the end;
+later the wrapper's exit_status.json in the run directory tells how it ended.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from hvdcls import launch
+from hvdcls.errors import UserError
+from hvdcls.serve import runner
+from hvdcls.serve.service import Refused
+from hvdcls.serve.store import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED
+
+BATCH_SCRIPT = "job.sbatch"
+QUEUED_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD",
+                 "RESIZING", "SPECIAL_EXIT"}
+RUNNING_STATES = {"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "STOPPED"}
+TIMEOUT_SECONDS = 30  # a Slurm command that takes longer means the controller is unreachable
+
+
+@dataclass(frozen=True)
+class Options:
+    """Where and how long: the service's defaults, each overridable by a spec's `slurm` field."""
+
+    partition: Optional[str] = None
+    time_limit: Optional[str] = None  # Slurm's syntax: MINUTES, HH:MM:SS, D-HH:MM
+    account: Optional[str] = None
+    tasks_per_node: Optional[int] = None  # None: Slurm places the tasks
+
+    def merged(self, spec_options: Optional[dict]) -> "Options":
+        given = {k: v for k, v in (spec_options or {}).items() if v is not None}
+        return Options(**{**self.__dict__, **given})
+
+
+@dataclass(frozen=True)
+class Status:
+    state: str  # the service's
+    slurm_state: str
+    exit_code: Optional[int]  # of the batch script; None while it runs
+    signal: int = 0
+    reason: Optional[str] = None  # why it waits (Resources, Priority, PartitionNodeLimit, ...)
+
+
+def directives(job_name: str, np: int, run_dir: Path, options: Options) -> list[str]:
+    lines = [f"--job-name={job_name}", f"--ntasks={np}", "--cpus-per-task=1",
+             f"--output={run_dir / runner.STDOUT}", f"--error={run_dir / runner.STDERR}", f"--chdir={run_dir}"]
+    if options.tasks_per_node:
+        lines += [f"--nodes={-(-np // options.tasks_per_node)}", f"--ntasks-per-node={options.tasks_per_node}"]
+    lines += [f"--{flag}={value}" for flag, value in (("partition", options.partition),
+                                                       ("time", options.time_limit),
+                                                       ("account", options.account)) if value]
+    return lines
+
+
+def batch_script(job_name: str, np: int, backend: str, run_dir: Path, options: Options) -> str:
+    """The sbatch script: hosts and slots from the allocation, then the wrapper around
+    `horovodrun --gloo -np N -H HOSTS ... hvdcls train --config RUN_DIR/job.yaml`."""
+    train = launch.hvdcls_command("train", "--backend", backend, "--config", str(run_dir / runner.JOB_CONFIG))
+    job = [sys.executable, "-m", "hvdcls.serve.wrapper", str(run_dir), "--",
+           *launch.horovodrun(np, train, hosts={"HOSTS": np})]
+    words = [shlex.quote(part) for part in job]
+    words[job.index("-H") + 1] = '"$hosts"'  # known only inside the allocation
+    ask_hosts = " ".join(map(shlex.quote, [sys.executable, "-m", "hvdcls.serve.slurm", "hosts", str(run_dir)]))
+    return "\n".join(["#!/bin/bash", *(f"#SBATCH {line}" for line in directives(job_name, np, run_dir, options)),
+                      "# Written by hvdcls serve (docs/serve.md); the same job by hand: sbatch this file.",
+                      "set -euo pipefail", f"hosts=$({ask_hosts})", f"exec {' '.join(words)}", ""])
+
+
+def tasks_per_node(text: str) -> list[int]:
+    """SLURM_TASKS_PER_NODE, e.g. '2(x3),1' -> [2, 2, 2, 1]."""
+    counts: list[int] = []
+    for item in filter(None, text.split(",")):
+        found = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", item.strip())
+        if not found:
+            raise UserError(f"SLURM_TASKS_PER_NODE {text!r}: cannot read {item!r} (expected N or N(xM))")
+        counts += [int(found.group(1))] * int(found.group(2) or 1)
+    return counts
+
+
+def allocation(hostnames: list[str], tasks: str) -> dict[str, int]:
+    """Horovod's hosts for this allocation: each node with its number of tasks."""
+    counts = tasks_per_node(tasks)
+    if len(counts) != len(hostnames):
+        raise UserError(f"{len(hostnames)} nodes but SLURM_TASKS_PER_NODE {tasks!r} counts {len(counts)}")
+    return dict(zip(hostnames, counts))
+
+
+def fields(line: str) -> dict[str, str]:
+    """`scontrol show job -o` (KEY=VALUE separated by spaces; values may hold spaces)."""
+    return {key: value.strip() for key, value in re.findall(r"(?:^|\s)([\w/:]+)=(.*?)(?=\s[\w/:]+=|$)", line)}
+
+
+def status(found: dict[str, str]) -> Status:
+    slurm_state = found.get("JobState", "UNKNOWN")
+    code, _, sig = found.get("ExitCode", "0:0").partition(":")
+    reason = found.get("Reason") if found.get("Reason") not in (None, "None") else None
+    if slurm_state in QUEUED_STATES:
+        return Status(QUEUED, slurm_state, None, reason=reason)
+    if slurm_state in RUNNING_STATES:
+        return Status(RUNNING, slurm_state, None)
+    state = {"COMPLETED": SUCCEEDED, "CANCELLED": CANCELLED}.get(slurm_state, FAILED)
+    return Status(state, slurm_state, int(code or 0), int(sig or 0), reason)
+
+
+def call(args: list[str], env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT_SECONDS, env=env)
+    except FileNotFoundError:
+        raise UserError(f"{args[0]}: not found; --executor slurm needs Slurm's client commands on PATH") from None
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{args[0]}: no answer in {TIMEOUT_SECONDS} s (is slurmctld up?)") from None
+
+
+def one_line(stderr: str) -> str:
+    """sbatch's reason, without the repeated `sbatch: error:` prefixes."""
+    lines = [line.split("error: ", 1)[-1].strip() for line in stderr.splitlines() if line.strip()]
+    return "; ".join(dict.fromkeys(lines)) or "no reason given"
+
+
+def submit(script: Path, env: Optional[dict] = None) -> str:
+    """The Slurm job id; Rejected (one line) when sbatch refuses the job."""
+    done = call(["sbatch", "--parsable", str(script)], env)
+    if done.returncode != 0:
+        raise Rejected(f"Slurm refused the job: {one_line(done.stderr)}")
+    return done.stdout.strip().split(";")[0]  # "ID" or "ID;CLUSTER"
+
+
+def query(slurm_id: str) -> Optional[Status]:
+    """The job's status, None when Slurm no longer knows it (ended more than MinJobAge ago)."""
+    done = call(["scontrol", "show", "job", "-o", slurm_id])
+    if done.returncode != 0:
+        if "Invalid job id" in done.stderr:
+            return None
+        raise UserError(f"scontrol show job {slurm_id}: {one_line(done.stderr)}")
+    return status(fields(done.stdout.splitlines()[0]))
+
+
+def cancel(slurm_id: str) -> None:
+    call(["scancel", slurm_id])
+
+
+class Rejected(Refused):
+    """sbatch refused the job (a bad partition or account, more nodes than exist): HTTP 400."""
+
+
+def main(argv: list[str]) -> int:
+    """`python -m hvdcls.serve.slurm hosts RUN_DIR`, inside the batch job: print horovodrun's
+    -H for this allocation and write it to RUN_DIR/allocation (what the service shows)."""
+    import os
+
+    from hvdcls.fileio import write_atomic
+
+    assert argv[:1] == ["hosts"] and len(argv) == 2, "usage: python -m hvdcls.serve.slurm hosts RUN_DIR"
+    names = call(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]]).stdout.split()
+    hosts = allocation(names, os.environ["SLURM_TASKS_PER_NODE"])
+    write_atomic(Path(argv[1]) / runner.ALLOCATION, "".join(f"{h}:{n}\n" for h, n in hosts.items()).encode())
+    print(launch.hosts_arg(hosts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

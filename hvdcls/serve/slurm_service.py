@@ -1,0 +1,120 @@
+"""`hvdcls serve --executor slurm`: every job is handed to Slurm at submit; Slurm's queue, not
+the service's, decides the order and the nodes.
+
+The job table keeps each job's Slurm job id (`external_id`), so a restarted service simply goes
+on asking Slurm. A job is `queued` while Slurm holds it pending, `running` while its batch job
+runs, and ends as Slurm says (hvdcls.serve.slurm.status). Logs, progress and metrics come from
+the run directory exactly as under the host-list executor, because the batch script runs the
+same wrapper and `hvdcls train` there. Elastic jobs are refused: resizing inside an allocation
+is not implemented (docs/serve.md).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Optional
+
+from hvdcls import launch
+from hvdcls.fileio import write_atomic
+from hvdcls.serve import runner, slurm
+from hvdcls.serve import spec as job_spec
+from hvdcls.serve.service import Refused, Service
+from hvdcls.serve.store import CANCELLED, FAILED, FINAL, QUEUED, RUNNING, SUCCEEDED, Job
+
+log = logging.getLogger("hvdcls.serve")
+
+
+class SlurmService(Service):
+    @property
+    def options(self) -> slurm.Options:
+        return self.settings.slurm or slurm.Options()
+
+    def submit(self, spec: job_spec.JobSpec) -> Job:
+        """Write the run directory and sbatch it; Rejected (HTTP 400) with sbatch's reason."""
+        config = job_spec.resolve(spec, self.settings.data_roots)
+        if spec.elastic:
+            raise Refused("elastic: not implemented under --executor slurm yet (submit without --elastic)")
+        job = self.store.add(spec.model_dump(), config.training.epochs)
+        run_dir = self.run_dir(job.id)
+        try:
+            script = self.write_run_dir(job, spec, config, run_dir)
+            slurm_id = slurm.submit(script, env=launch.single_host_env())
+        except BaseException:
+            self.store.delete(job.id)  # never reached Slurm: as if it had not been submitted
+            raise
+        log.info("job %d: Slurm job %s", job.id, slurm_id)
+        return self.store.update(job.id, external_id=slurm_id, run_dir=str(run_dir), attempts=1)
+
+    def write_run_dir(self, job: Job, spec: job_spec.JobSpec, config, run_dir: Path) -> Path:
+        runner.prepare(run_dir, spec.model_dump(), job_spec.job_config(config, run_dir), {})
+        options = self.options.merged(spec.slurm.model_dump() if spec.slurm else None)
+        script = run_dir / slurm.BATCH_SCRIPT
+        write_atomic(script, slurm.batch_script(f"hvdcls-{job.id}", spec.np, spec.backend, run_dir, options).encode())
+        return script
+
+    def cancel(self, job_id: int) -> Optional[Job]:
+        """scancel; the job's state follows Slurm's on the next turn of the loop."""
+        job = self.store.get(job_id)
+        if job is not None and job.state not in FINAL and job.external_id:
+            slurm.cancel(job.external_id)
+            if job.stop_requested_at is None:
+                self.store.update(job_id, expect=(QUEUED, RUNNING), stop_requested_at=time.time())
+        self.wake.set()
+        return self.store.get(job_id)
+
+    def reconcile(self) -> None:
+        """Nothing to adopt: Slurm kept the jobs; the loop asks it about each one."""
+
+    def tick(self) -> None:
+        for job in self.store.list((QUEUED, RUNNING)):
+            if job.external_id:
+                self.follow(job)
+
+    def follow(self, job: Job) -> None:
+        found = slurm.query(job.external_id)
+        if found is None:  # Slurm forgot it (MinJobAge): the wrapper's record, if any
+            code = runner.exit_status(Path(job.run_dir))
+            found = slurm.Status(SUCCEEDED if code == 0 else FAILED, "GONE", code if code is not None else -1)
+        if found.state == QUEUED:
+            waiting = f"pending in Slurm ({found.reason})" if found.reason else "pending in Slurm"
+            if job.message != waiting:
+                self.store.update(job.id, expect=(QUEUED,), message=waiting)
+        elif found.state == RUNNING:
+            self.note_running(job)
+        else:
+            self.record_end(job, found)
+
+    def note_running(self, job: Job) -> None:
+        hosts = allocation(Path(job.run_dir))
+        if job.state == QUEUED:
+            self.store.update(job.id, expect=(QUEUED,), state=RUNNING, started_at=time.time(), message=None,
+                              hosts=json.dumps(hosts) if hosts else None)
+        elif hosts and not job.hosts:
+            self.store.update(job.id, expect=(RUNNING,), hosts=json.dumps(hosts))
+        else:
+            self.note_first_step(job)
+
+    def record_end(self, job: Job, found: slurm.Status) -> None:
+        run_dir = Path(job.run_dir)
+        written = runner.exit_status(run_dir)  # horovodrun's own status, when the wrapper got to write it
+        code = written if written is not None else found.exit_code
+        if found.state == SUCCEEDED:
+            message = None
+        elif found.state == CANCELLED:
+            message = "cancelled in Slurm" + (" while running" if job.state == RUNNING else " before it started")
+        else:
+            message = runner.failure_message(run_dir, f"Slurm {found.slurm_state}, exit status {code}")
+        self.store.update(job.id, expect=(QUEUED, RUNNING), state=found.state, ended_at=time.time(),
+                          exit_status=code, message=message)
+        log.info("job %d: %s (Slurm job %s %s)", job.id, found.state, job.external_id, found.slurm_state)
+
+
+def allocation(run_dir: Path) -> Optional[dict[str, int]]:
+    """The hosts the batch script found in its allocation (RUN_DIR/allocation), once written."""
+    try:
+        lines = (run_dir / runner.ALLOCATION).read_text().split()
+    except OSError:
+        return None
+    return {host: int(n) for host, _, n in (line.rpartition(":") for line in lines)} or None

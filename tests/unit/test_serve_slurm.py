@@ -1,0 +1,199 @@
+"""hvdcls.serve under Slurm, without Slurm: the batch script, SLURM_TASKS_PER_NODE, what
+`scontrol show job` states mean, and the executor's bookkeeping (submit, refusal, states, a
+restart) with Slurm's commands replaced by canned answers."""
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hvdcls.errors import UserError
+from hvdcls.serve import runner, slurm
+from hvdcls.serve.service import Refused, Settings
+from hvdcls.serve.slurm_service import SlurmService
+from hvdcls.serve.spec import JobSpec
+from hvdcls.serve.store import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, Store
+
+SCONTROL = ("JobId=7 JobName=hvdcls-1 UserId=root(0) JobState={state} Reason={reason} Dependency=(null) "
+            "ExitCode={code} RunTime=00:00:03 NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=2 NumTasks=2 "
+            "Command=/srv/state dir/jobs/000001/job.sbatch WorkDir=/srv/state dir/jobs/000001 Power=")
+
+
+def test_tasks_per_node_expands_slurms_compression():
+    assert slurm.tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+    assert slurm.tasks_per_node("4") == [4]
+    assert slurm.allocation(["a", "b", "c"], "2(x2),1") == {"a": 2, "b": 2, "c": 1}
+    with pytest.raises(UserError, match=r"cannot read '2\(x'"):
+        slurm.tasks_per_node("2(x")
+    with pytest.raises(UserError, match="2 nodes but SLURM_TASKS_PER_NODE '2' counts 1"):
+        slurm.allocation(["a", "b"], "2")
+
+
+def test_the_batch_script_asks_for_the_tasks_and_launches_horovodrun_on_the_allocation(tmp_path):
+    options = slurm.Options(partition="gpu", time_limit="1:00:00", account="vision").merged(
+        {"tasks_per_node": 2, "account": None})
+    script = slurm.batch_script("hvdcls-7", 3, "tensorflow", tmp_path, options)
+    lines = script.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    assert [line for line in lines if line.startswith("#SBATCH")] == [
+        "#SBATCH --job-name=hvdcls-7", "#SBATCH --ntasks=3", "#SBATCH --cpus-per-task=1",
+        f"#SBATCH --output={tmp_path}/stdout.log", f"#SBATCH --error={tmp_path}/stderr.log",
+        f"#SBATCH --chdir={tmp_path}", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2",
+        "#SBATCH --partition=gpu", "#SBATCH --time=1:00:00", "#SBATCH --account=vision"]
+    assert lines[-2] == f"hosts=$({sys.executable} -m hvdcls.serve.slurm hosts {tmp_path})"
+    assert lines[-1].startswith(f"exec {sys.executable} -m hvdcls.serve.wrapper {tmp_path} -- ")
+    assert ' -np 3 -H "$hosts" --gloo ' in lines[-1]
+    assert lines[-1].endswith(f"-m hvdcls train --backend tensorflow --config {tmp_path}/job.yaml")
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    plain = slurm.batch_script("j", 2, "torch", tmp_path, slurm.Options())
+    assert "--nodes" not in plain and "--partition" not in plain and "--time" not in plain
+
+
+def test_the_script_finds_its_hosts_inside_the_allocation(tmp_path, monkeypatch, capsys):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "scontrol").write_text('#!/bin/sh\n[ "$*" = "show hostnames node[1-2]" ] && printf "node1\\nnode2\\n"\n')
+    (fake / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-2]")
+    monkeypatch.setenv("SLURM_TASKS_PER_NODE", "2,1")
+    assert slurm.main(["hosts", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == "node1:2,node2:1\n"
+    assert (tmp_path / runner.ALLOCATION).read_text() == "node1:2\nnode2:1\n"
+
+
+@pytest.mark.parametrize("state, code, expected", [
+    ("PENDING", "0:0", (QUEUED, None, 0)), ("CONFIGURING", "0:0", (QUEUED, None, 0)),
+    ("RUNNING", "0:0", (RUNNING, None, 0)), ("COMPLETING", "0:0", (RUNNING, None, 0)),
+    ("COMPLETED", "0:0", (SUCCEEDED, 0, 0)), ("CANCELLED", "0:15", (CANCELLED, 0, 15)),
+    ("FAILED", "2:0", (FAILED, 2, 0)), ("TIMEOUT", "0:0", (FAILED, 0, 0)),
+    ("NODE_FAIL", "0:0", (FAILED, 0, 0)), ("OUT_OF_MEMORY", "0:125", (FAILED, 0, 125))])
+def test_slurm_states_map_to_the_services(state, code, expected):
+    found = slurm.status(slurm.fields(SCONTROL.format(state=state, reason="None", code=code)))
+    assert (found.state, found.exit_code, found.signal) == expected
+    assert found.slurm_state == state and found.reason is None
+
+
+def test_scontrol_fields_keep_values_with_spaces_and_the_pending_reason():
+    found = slurm.fields(SCONTROL.format(state="PENDING", reason="Resources", code="0:0"))
+    assert found["WorkDir"] == "/srv/state dir/jobs/000001" and found["Power"] == ""
+    assert slurm.status(found).reason == "Resources"
+
+
+def test_sbatchs_refusal_is_one_line():
+    said = "sbatch: error: invalid partition specified: nope\nsbatch: error: Batch job submission failed: x\n"
+    assert slurm.one_line(said) == "invalid partition specified: nope; Batch job submission failed: x"
+
+
+class FakeSlurm:
+    """sbatch, scontrol and scancel as canned answers; records what was asked."""
+
+    def __init__(self):
+        self.calls, self.state, self.code, self.refuse, self.known = [], "PENDING", "0:0", None, True
+
+    def __call__(self, args, env=None):
+        self.calls.append(args)
+        if args[0] == "sbatch":
+            if self.refuse:
+                return subprocess.CompletedProcess(args, 1, "", f"sbatch: error: {self.refuse}\n")
+            return subprocess.CompletedProcess(args, 0, "42\n", "")
+        if args[0] == "scontrol":
+            if not self.known:
+                return subprocess.CompletedProcess(args, 1, "", "slurm_load_jobs error: Invalid job id specified\n")
+            line = SCONTROL.format(state=self.state, reason="Priority" if self.state == "PENDING" else "None",
+                                   code=self.code)
+            return subprocess.CompletedProcess(args, 0, line + "\n", "")
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    fake = FakeSlurm()
+    monkeypatch.setattr(slurm, "call", fake)
+    return fake
+
+
+def service(tmp_path: Path) -> SlurmService:
+    return SlurmService(Settings(state_dir=tmp_path, inventory={}, executor="slurm",
+                                 slurm=slurm.Options(partition="debug")))
+
+
+def test_a_job_follows_its_slurm_job_across_a_restart(tmp_path, fake):
+    first = service(tmp_path)
+    job = first.submit(JobSpec(np=2, slurm={"time_limit": "10"}))
+    assert (job.state, job.external_id) == (QUEUED, "42")
+    script = (Path(job.run_dir) / slurm.BATCH_SCRIPT).read_text()
+    assert "#SBATCH --partition=debug\n" in script and "#SBATCH --time=10\n" in script
+    assert fake.calls[0] == ["sbatch", "--parsable", str(Path(job.run_dir) / slurm.BATCH_SCRIPT)]
+    first.tick()
+    assert first.store.get(job.id).message == "pending in Slurm (Priority)"
+    again = service(tmp_path)  # a restart: the Slurm job id is in the table
+    again.reconcile()
+    fake.state = "RUNNING"
+    (Path(job.run_dir) / runner.ALLOCATION).write_text("vm:2\n")
+    again.tick()
+    running = again.store.get(job.id)
+    assert (running.state, json.loads(running.hosts), running.message) == (RUNNING, {"vm": 2}, None)
+    fake.state, fake.code = "FAILED", "3:0"
+    again.tick()
+    failed = again.store.get(job.id)
+    assert (failed.state, failed.exit_status) == (FAILED, 3)
+    assert failed.message.startswith("Slurm FAILED, exit status 3")
+
+
+def test_a_job_slurm_has_forgotten_ends_as_its_wrapper_recorded(tmp_path, fake):
+    svc = service(tmp_path)
+    job = svc.submit(JobSpec(np=1))
+    (Path(job.run_dir) / runner.EXIT).write_text('{"returncode": 0}')
+    fake.known = False
+    svc.tick()
+    assert (svc.store.get(job.id).state, svc.store.get(job.id).exit_status) == (SUCCEEDED, 0)
+
+
+def test_cancel_is_scancel_and_the_state_comes_from_slurm(tmp_path, fake):
+    svc = service(tmp_path)
+    job = svc.submit(JobSpec(np=1))
+    assert svc.cancel(job.id).state == QUEUED
+    assert fake.calls[-1] == ["scancel", "42"]
+    fake.state, fake.code = "CANCELLED", "0:15"
+    svc.tick()
+    done = svc.store.get(job.id)
+    assert (done.state, done.message) == (CANCELLED, "cancelled in Slurm before it started")
+
+
+def test_what_slurm_or_the_executor_refuses_leaves_no_job(tmp_path, fake):
+    svc = service(tmp_path)
+    fake.refuse = "invalid partition specified: nope"
+    with pytest.raises(Refused, match="^Slurm refused the job: invalid partition specified: nope$"):
+        svc.submit(JobSpec(np=1, slurm={"partition": "nope"}))
+    with pytest.raises(Refused, match="elastic: not implemented under --executor slurm"):
+        svc.submit(JobSpec(np=1, elastic=True))
+    assert svc.store.list() == []
+
+
+def test_an_older_job_table_gains_the_new_columns(tmp_path):
+    with sqlite3.connect(tmp_path / "jobs.db") as db:
+        db.execute("CREATE TABLE jobs (id INTEGER PRIMARY KEY, state VARCHAR(16))")
+        db.execute("INSERT INTO jobs (id, state) VALUES (1, 'succeeded')")
+    Store(tmp_path / "jobs.db")
+    with sqlite3.connect(tmp_path / "jobs.db") as db:
+        columns = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+    assert {"external_id", "spec", "hosts"} <= columns
+
+
+def test_slurm_script_prints_the_script_and_writes_the_validated_config(tmp_path, capsys):
+    from hvdcls import config as cfg
+    from hvdcls.cli import main
+
+    run_dir = tmp_path / "run"
+    assert main(["slurm-script", "--np", "2", "--run-dir", str(run_dir), "--partition", "debug",
+                 "--name", "pets", "training.epochs=2"]) == 0
+    script = capsys.readouterr().out
+    assert script == slurm.batch_script("pets", 2, "torch", run_dir, slurm.Options(partition="debug"))
+    config = cfg.load(run_dir / runner.JOB_CONFIG)
+    assert (config.training.epochs, config.output.dir) == (2, str(run_dir))
+    assert main(["slurm-script", "--np", "2", "--run-dir", str(run_dir), "training.epohcs=2"]) == 2
+    assert "training.epohcs" in capsys.readouterr().err
