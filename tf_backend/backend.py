@@ -138,18 +138,21 @@ class TensorFlowBackend(HorovodBackend):
         return data.loader(batches, workers)
 
     def loss(self, labels, logits):
-        """Mean cross-entropy, label smoothing as torch's CrossEntropyLoss does it."""
+        """Mean cross-entropy, label smoothing as torch's CrossEntropyLoss does it; `labels`
+        are class indices or mixed targets (N, classes) from mixup/cutmix."""
         logits = tf.cast(logits, tf.float32)
-        if self.smoothing:
-            one_hot = tf.one_hot(labels, self.num_classes)
+        soft = labels.dtype.is_floating  # decided when the step is traced
+        if self.smoothing or soft:
+            targets = labels if soft else tf.one_hot(labels, self.num_classes)
             return tf.reduce_mean(keras.losses.categorical_crossentropy(
-                one_hot, logits, from_logits=True, label_smoothing=self.smoothing))
+                targets, logits, from_logits=True, label_smoothing=self.smoothing))
         return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
 
     @staticmethod
     def sums(loss, logits, labels) -> Sums:
         count = tf.shape(labels)[0]
-        correct = tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == labels, tf.int32))
+        dominant = tf.argmax(labels, 1) if labels.dtype.is_floating else labels  # mixed: largest share
+        correct = tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == dominant, tf.int32))
         return Sums(loss * tf.cast(count, tf.float32), correct, count)
 
     def _forward(self, images, labels):

@@ -40,6 +40,11 @@ def make_optimizer(params, config: Config) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=opt.lr, weight_decay=opt.weight_decay)
 
 
+def dominant(labels: torch.Tensor) -> torch.Tensor:
+    """Class indices; for mixed targets (mixup/cutmix) the class with the largest share."""
+    return labels.argmax(1) if labels.ndim == 2 else labels
+
+
 def amp_dtype(config: Config, device: torch.device) -> torch.dtype | None:
     if not config.training.amp:
         return None
@@ -132,11 +137,11 @@ class TorchBackend(HorovodBackend):
             images, labels = self.to_device(images), labels.to(self.device)
             with self.autocast():
                 logits = self.model(images)
-                loss = self.criterion(logits, labels)
+                loss = self.criterion(logits, labels)  # class indices, or mixed targets (N, C)
             # Accumulated passes each carry 1/N of the step's gradient.
             self.scaler.scale(loss / len(micro_batches)).backward()
             total = add(total, Sums(loss.detach().float() * len(labels),
-                                    (logits.argmax(1) == labels).sum(), len(labels)))
+                                    (logits.argmax(1) == dominant(labels)).sum(), len(labels)))
         if self.reducer is not None:
             self._powersgd_step()
         elif self.adasum:  # Horovod: Adasum combines the weight updates inside step() itself

@@ -19,6 +19,7 @@ import numpy as np
 from hvdcls.backend import Backend, Context, Sums, add
 from hvdcls.config import Config
 from hvdcls.data.batches import EpochBatches, LoaderWait
+from hvdcls.data.mixing import BatchMix
 from hvdcls.data.sharding import TrainShards, eval_batches
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
@@ -162,8 +163,10 @@ class Trainer:
         self.lr_at = schedule.build(config.optimizer, config.schedule, world_size=ctx.size,
                                     backward_passes=self.passes,
                                     steps_per_epoch=self.shards.steps_per_epoch,
-                                    epochs=config.training.epochs)
-        self.preprocess = Preprocess(config.data, config.training.seed)
+                                    epochs=config.training.epochs,
+                                    batch_size=config.training.batch_size)
+        self.preprocess = Preprocess(config.data, config.training.seed, data.augment.get("preset"))
+        self.mix = BatchMix(config.data, data.num_classes, config.training.seed)
         # Every rank trains the same number of full steps, so images per step are known exactly.
         self.images_per_step = config.training.batch_size * self.passes * ctx.size
         self.profiler: Optional[StepProfiler] = None
@@ -203,7 +206,8 @@ class Trainer:
 
     def epoch_batches(self, epoch: int, indices: list) -> EpochBatches:
         """This rank's training micro-batches `indices` of `epoch`, read and augmented."""
-        return EpochBatches(self.data.train, indices, self.preprocess, epoch, train=True)
+        return EpochBatches(self.data.train, indices, self.preprocess, epoch, train=True,
+                            mix=self.mix)
 
     def run_steps(self, epoch: int, batches: EpochBatches, first_step: int,
                   lr_at: Callable[[int], float], times: EpochTimes,

@@ -119,7 +119,12 @@ def banner(job: Job, ctx: Context, label: str, run_dir: Path) -> str:
     data = job.data
     return (f"hvdcls {__version__}: {job.backend_name} backend, {label}{ctx.size} process(es) "
             f"({ctx.controller}), {data.name}: {len(data.train)} train / {len(data.val)} val "
-            f"images, {job.num_classes} classes -> {run_dir}")
+            f"images, {job.num_classes} classes, augment {augment_line(data)} -> {run_dir}")
+
+
+def augment_line(data: Data) -> str:
+    """'small (auto: native 32 px < 64)': the preset and why, for the banner."""
+    return f"{data.augment.get('preset', 'imagenet')} ({data.augment.get('chosen_by', 'config')})"
 
 
 def closing_summary(job: Job, ended: Ended, model_info: dict,
@@ -344,7 +349,7 @@ def make_summary(config: cfg.Config, ctx: Context, data: Data, model_info: dict,
     return {
         "backend": ctx.backend, "world_size": ctx.size, "controller": ctx.controller,
         "model": config.model.name, "dataset": data.name, "data": data.description,
-        "num_classes": data.num_classes, "epochs": config.training.epochs,
+        "augment": data.augment, "num_classes": data.num_classes, "epochs": config.training.epochs,
         "val_accuracy": history[-1].val_accuracy if history else None,
         "best_val_accuracy": max((r.val_accuracy for r in history), default=None),
         "val_loss": history[-1].val_loss if history else None,

@@ -143,7 +143,7 @@ class Samples(Sink):
 def test_step_loop_groups_times_tallies_and_calls_the_hook():
     config = cfg.load(overrides=["training.batch_size=2", "horovod.backward_passes_per_step=2"])
     ctx = Context("torch", 0, 1, 0, 1, "gloo", "cpu", 1)
-    data = SimpleNamespace(train=[0] * 8, val=[], name="fake")
+    data = SimpleNamespace(train=[0] * 8, val=[], name="fake", augment={}, num_classes=2)
     sink = Samples()
     trainer = Trainer(config, CountingBackend(), ctx, data, RunOutputs("unused", enabled=False),
                       Monitor([sink]))
