@@ -120,6 +120,10 @@ class TrainingConfig:
     profile_steps: int = 0  # profile this many steps of the first epoch (torch/TF profiler); 0: off
     elastic: bool = False  # Horovod elastic mode (horovodrun --min-np/--max-np/--host-discovery-script)
     commit_every: int = 20  # elastic: commit training state every N steps (and at each epoch end)
+    # Model EMA (hvdcls.training.ema): an averaged copy of the weights, evaluated beside them.
+    # None: off; else torchvision's --model-ema-decay (e.g. 0.99998), scaled as it scales it.
+    ema_decay: Optional[float] = None
+    ema_steps: int = 32  # optimizer steps between EMA updates
 
 
 @dataclass
@@ -201,6 +205,7 @@ def _choices(cls: type, prefix: str = "") -> dict[str, tuple[str, ...]]:
 CHOICES = _choices(Config)
 POSITIVE = ("data.image_size", "data.synthetic.num_samples", "data.synthetic.num_classes",
             "training.epochs", "training.batch_size", "training.log_every", "training.commit_every",
+            "training.ema_steps",
             "horovod.backward_passes_per_step", "output.keep_checkpoints", "schedule.step_size",
             "horovod.powersgd.rank")
 NON_NEGATIVE = ("data.workers", "optimizer.lr", "optimizer.momentum", "optimizer.weight_decay",
@@ -386,9 +391,21 @@ def validate(config: Config) -> None:
         # A worker that joins after a reset would start from another Q and no error feedback.
         raise UserError("config horovod.compression=powersgd with training.elastic=true: the "
                         "PowerSGD state is not part of the elastic state yet; use one or the other")
+    _validate_ema(config.training)
     if not 0 <= config.training.label_smoothing < 1:
         raise UserError(f"config training.label_smoothing={config.training.label_smoothing}: "
                         "must be in [0, 1)")
+
+
+def _validate_ema(training: TrainingConfig) -> None:
+    decay = training.ema_decay
+    if decay is None:
+        return
+    if not 0 < decay < 1:
+        raise UserError(f"config training.ema_decay={decay}: must be in (0, 1) (or null: no EMA)")
+    if training.elastic:
+        raise UserError("config training.ema_decay with training.elastic=true: the EMA weights are "
+                        "not part of the elastic state yet; use one or the other")
 
 
 def _not_a_choice(key: str, value: Any) -> UserError:

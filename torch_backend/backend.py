@@ -107,6 +107,9 @@ class TorchBackend(HorovodBackend):
                 backward_passes_per_step=hv.backward_passes_per_step)
             self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
             self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
+        # Model EMA: a copy of every floating entry of the state (parameters, BN statistics).
+        self.ema = ({name: t.detach().clone() for name, t in self.ema_sources().items()}
+                    if config.training.ema_decay is not None else None)
         if not config.training.elastic:  # elastic: the state's sync broadcasts instead
             self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
         return {"parameters": models.count_parameters(self.model), "framework": "torch",
@@ -187,6 +190,28 @@ class TorchBackend(HorovodBackend):
         loss = F.cross_entropy(logits.float(), labels, reduction="sum")
         return Sums(loss, (logits.argmax(1) == labels).sum(), len(labels))
 
+    def ema_sources(self) -> dict[str, torch.Tensor]:
+        """The model's floating state entries by name (views of the live tensors)."""
+        return {name: t for name, t in self.model.state_dict().items() if t.is_floating_point()}
+
+    @torch.no_grad()
+    def ema_update(self, decay: float) -> None:
+        for name, live in self.ema_sources().items():
+            self.ema[name].mul_(decay).add_(live.detach(), alpha=1.0 - decay)
+
+    @contextmanager
+    def ema_weights(self):
+        live = self.ema_sources()
+        kept = {name: t.clone() for name, t in live.items()}
+        with torch.no_grad():
+            for name, t in live.items():
+                t.copy_(self.ema[name])
+            try:
+                yield
+            finally:
+                for name, t in live.items():
+                    t.copy_(kept[name])
+
     def float64_tensor(self, values: list[float]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.float64)
 
@@ -194,7 +219,10 @@ class TorchBackend(HorovodBackend):
         torch.manual_seed(seed)
 
     def sync_buffers(self) -> None:
-        buffers = [b for b in self.model.buffers() if b.is_floating_point()]
+        named = [(n, b) for n, b in self.model.named_buffers() if b.is_floating_point()]
+        buffers = [b for _, b in named]
+        if self.ema is not None:  # the EMA of the buffers: linear, so averaged the same way
+            buffers += [self.ema[n] for n, _ in named if n in self.ema]
         if hvd.size() > 1 and buffers:
             averaged = hvd.grouped_allreduce(buffers, op=hvd.Average, name="bn_buffers")
             for buffer, value in zip(buffers, averaged):
@@ -205,6 +233,8 @@ class TorchBackend(HorovodBackend):
                  "scaler": self.scaler.state_dict()}
         if self.reducer is not None:
             state["powersgd"] = self.reducer.state_dict()
+        if self.ema is not None:
+            state["ema"] = self.ema
         torch.save(state, directory / CHECKPOINT_FILE)
 
     def load(self, directory: Path) -> None:
@@ -216,6 +246,10 @@ class TorchBackend(HorovodBackend):
             self.scaler.load_state_dict(state["scaler"])
             if self.reducer is not None:
                 self.reducer.load_state_dict(state["powersgd"])
+            if self.ema is not None:  # a checkpoint without one: the EMA starts from its weights
+                stored = state.get("ema") or self.ema_sources()
+                for name, t in self.ema.items():
+                    t.copy_(stored[name])
         except (OSError, RuntimeError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as err:
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise UserError(f"cannot load {path}: {reason}") from None
@@ -223,6 +257,8 @@ class TorchBackend(HorovodBackend):
     def broadcast_state(self) -> None:
         hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)  # Horovod
         hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)  # Horovod
+        if self.ema is not None:  # Horovod: rank 0's EMA copy
+            hvd.broadcast_parameters([(f"ema.{n}", t) for n, t in self.ema.items()], root_rank=0)
         if self.reducer is not None:  # Horovod: rank 0's PowerSGD Q, error and step count
             for tensor in self.reducer.state_tensors():
                 hvd.broadcast_(tensor, root_rank=0)

@@ -24,7 +24,7 @@ from hvdcls.data.sharding import TrainShards, eval_batches
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
 from hvdcls.observe.monitor import EpochRecord, LossReads, Monitor, RunInfo, StepSample
-from hvdcls.training import checkpoint, faults, schedule
+from hvdcls.training import checkpoint, ema, faults, schedule
 from hvdcls.training.outputs import RunOutputs
 from hvdcls.training.profiling import StepProfiler
 
@@ -128,8 +128,9 @@ class StallPoint(StepHook):
 
 def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seconds: float,
                  epoch_seconds: float, times: EpochTimes, world_size: int,
-                 steps: int) -> EpochRecord:
-    """One epoch's line of metrics.jsonl from its reduced metrics and rank 0's timings."""
+                 steps: int, ema_val: Optional[Reduced] = None) -> EpochRecord:
+    """One epoch's line of metrics.jsonl from its reduced metrics and rank 0's timings
+    (and the model EMA's validation, where there is one)."""
     allreduce_share = None if times.allreduce is None else times.allreduce / train_seconds
     return EpochRecord(
         epoch=epoch + 1, train_loss=train.loss, train_accuracy=train.accuracy, val_loss=val.loss,
@@ -138,7 +139,9 @@ def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seco
         epoch_seconds=epoch_seconds, world_size=world_size, steps=steps,
         data_wait_seconds=times.data_wait, data_wait_share=times.data_wait / train_seconds,
         step_seconds=times.step, allreduce_wait_seconds=times.allreduce,
-        allreduce_share=allreduce_share, allreduce_bytes_per_step=times.bytes_per_step)
+        allreduce_share=allreduce_share, allreduce_bytes_per_step=times.bytes_per_step,
+        ema_val_loss=ema_val.loss if ema_val else None,
+        ema_val_accuracy=ema_val.accuracy if ema_val else None)
 
 
 def sent_bytes(backend: Backend) -> Optional[tuple]:
@@ -169,6 +172,7 @@ class Trainer:
         self.mix = BatchMix(config.data, data.num_classes, config.training.seed)
         # Every rank trains the same number of full steps, so images per step are known exactly.
         self.images_per_step = config.training.batch_size * self.passes * ctx.size
+        self.ema = ema.schedule_for(config, self.images_per_step)  # None: no model EMA
         self.profiler: Optional[StepProfiler] = None
         self.first_epoch = 0
 
@@ -225,6 +229,8 @@ class Trainer:
             lr = lr_at(i)
             timed = self.timed_step(epoch, step, micro, lr, loader.take(), loss_reads)
             tally.add(timed.sums, lr)
+            if self.ema and self.ema.due(epoch * self.shards.steps_per_epoch + step):
+                self.backend.ema_update(self.ema.decay_at(epoch))
             times.add(timed.sample)
             self.monitor.step(timed.sample)
             hook.after_step(tally)
@@ -253,9 +259,13 @@ class Trainer:
         (elastic), and then only its training time is known and stands for it."""
         self.backend.sync_buffers()  # Horovod: BN statistics are not gradients; average them
         val = self.evaluate()
+        ema_val = None
+        if self.ema:
+            with self.backend.ema_weights():
+                ema_val = self.evaluate()
         seconds = train_seconds if started is None else time.perf_counter() - started
         record = epoch_record(epoch, train, val, lr, train_seconds, seconds, times,
-                              self.ctx.size, steps)
+                              self.ctx.size, steps, ema_val)
         self.outputs.add_epoch(record)
         self.monitor.epoch(record, self.outputs.history)
         epochs = self.config.training.epochs

@@ -319,6 +319,9 @@ def check_controller(config: cfg.Config, ctx: Context) -> None:
 def with_rank_facts(summary: dict, backend: Backend) -> dict:
     """`summary` plus every rank's model digest and host (collectives: every rank calls this)."""
     summary["rank_weight_digests"] = rank_weight_digests(backend)
+    if summary["config"]["training"]["ema_decay"] is not None:  # the EMA copy agrees too
+        with backend.ema_weights():
+            summary["rank_ema_digests"] = rank_weight_digests(backend)
     summary["rank_hosts"] = backend.allgather_object(socket.gethostname(), "rank_hosts")
     return summary
 
@@ -352,6 +355,7 @@ def make_summary(config: cfg.Config, ctx: Context, data: Data, model_info: dict,
         "augment": data.augment, "num_classes": data.num_classes, "epochs": config.training.epochs,
         "val_accuracy": history[-1].val_accuracy if history else None,
         "best_val_accuracy": max((r.val_accuracy for r in history), default=None),
+        "ema_val_accuracy": history[-1].ema_val_accuracy if history else None,
         "val_loss": history[-1].val_loss if history else None,
         "images_per_sec": images / seconds if seconds else None,
         "wall_seconds": time.time() - started,
