@@ -89,6 +89,17 @@ class OptimizerConfig:
     weight_decay: float = 1e-4
 
 
+REFERENCE_BATCH = 256  # optimizer.scale_lr=per256: lr is for this many images (Goyal et al.)
+
+
+def worker_lr(optimizer: OptimizerConfig, batch_size: int) -> float:
+    """optimizer.lr for one worker's batch: what the backends build their optimizer with.
+    torch's Horovod broadcast_optimizer_state takes one zero-gradient step at that rate (weight
+    decay moves the weights and fills the momentum), so it stays what the rate meant before
+    per256 (0.05 for the digits' 0.4 per 256, as it was)."""
+    return optimizer.lr * batch_size / REFERENCE_BATCH if optimizer.scale_lr == "per256" else optimizer.lr
+
+
 @dataclass
 class ScheduleConfig:
     name: Literal["cosine", "step", "multistep", "constant"] = "cosine"

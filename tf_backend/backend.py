@@ -30,7 +30,7 @@ import tensorflow as tf  # noqa: E402
 
 from hvdcls import powersgd  # noqa: E402
 from hvdcls.backend import Sums, add  # noqa: E402
-from hvdcls.config import Config  # noqa: E402
+from hvdcls.config import Config, worker_lr  # noqa: E402
 from hvdcls.data.batches import EpochBatches  # noqa: E402
 from hvdcls.errors import UserError  # noqa: E402
 from hvdcls.horovod_backend import HorovodBackend  # noqa: E402
@@ -48,12 +48,12 @@ def tf_variables(variables) -> list[tf.Variable]:
 def make_optimizer(config: Config) -> keras.optimizers.Optimizer:
     """Same update rules as torch_backend: SGD and Adam take weight decay as L2 on the gradient
     (added in train step), AdamW decouples it."""
-    opt = config.optimizer
+    opt, lr = config.optimizer, worker_lr(config.optimizer, config.training.batch_size)
     if opt.name == "sgd":
-        return keras.optimizers.SGD(opt.lr, momentum=opt.momentum, nesterov=opt.nesterov)
+        return keras.optimizers.SGD(lr, momentum=opt.momentum, nesterov=opt.nesterov)
     if opt.name == "adam":
-        return keras.optimizers.Adam(opt.lr, epsilon=1e-8)
-    return keras.optimizers.AdamW(opt.lr, weight_decay=opt.weight_decay, epsilon=1e-8)
+        return keras.optimizers.Adam(lr, epsilon=1e-8)
+    return keras.optimizers.AdamW(lr, weight_decay=opt.weight_decay, epsilon=1e-8)
 
 
 def amp_policy(config: Config, on_gpu: bool) -> str | None:

@@ -19,7 +19,7 @@ import torchvision
 
 from hvdcls import powersgd
 from hvdcls.backend import Sums, add
-from hvdcls.config import Config
+from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches
 from hvdcls.errors import UserError
 from hvdcls.horovod_backend import HorovodBackend
@@ -31,13 +31,13 @@ CHECKPOINT_FILE = "torch.pt"
 
 
 def make_optimizer(params, config: Config) -> torch.optim.Optimizer:
-    opt = config.optimizer
+    opt, lr = config.optimizer, worker_lr(config.optimizer, config.training.batch_size)
     if opt.name == "sgd":
-        return torch.optim.SGD(params, lr=opt.lr, momentum=opt.momentum, nesterov=opt.nesterov,
+        return torch.optim.SGD(params, lr=lr, momentum=opt.momentum, nesterov=opt.nesterov,
                                weight_decay=opt.weight_decay)
     if opt.name == "adam":  # L2 added to the gradient, as torch's Adam does
-        return torch.optim.Adam(params, lr=opt.lr, weight_decay=opt.weight_decay)
-    return torch.optim.AdamW(params, lr=opt.lr, weight_decay=opt.weight_decay)
+        return torch.optim.Adam(params, lr=lr, weight_decay=opt.weight_decay)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=opt.weight_decay)
 
 
 def dominant(labels: torch.Tensor) -> torch.Tensor:

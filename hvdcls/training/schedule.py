@@ -13,10 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hvdcls.config import OptimizerConfig, ScheduleConfig
+from hvdcls.config import REFERENCE_BATCH, OptimizerConfig, ScheduleConfig
 
 
-REFERENCE_BATCH = 256  # the linear-scaling rule's reference batch (Goyal et al.: 0.1 per 256)
 
 
 def peak_lr(optimizer: OptimizerConfig, world_size: int, backward_passes: int, batch_size: int) -> float:

@@ -148,3 +148,11 @@ def test_constant():
     lr = make("constant", world_size=3, steps_per_epoch=6, epochs=5)
     assert {lr(s) for s in range(30)} == {lr.peak}
     assert lr.peak == pytest.approx(0.3, rel=1e-12)
+
+
+def test_backends_build_their_optimizer_at_one_workers_rate():
+    """torch's Horovod broadcast_optimizer_state steps once at it: it must stay what it was."""
+    from hvdcls import config
+    assert config.worker_lr(config.load().optimizer, 32) == 0.05  # the digits, bit for bit
+    assert config.worker_lr(OptimizerConfig(lr=0.1), 32) == 0.0125
+    assert config.worker_lr(OptimizerConfig(lr=0.1, scale_lr="linear"), 32) == 0.1
