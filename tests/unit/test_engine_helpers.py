@@ -89,7 +89,8 @@ def test_epoch_bytes_per_step_from_the_backends_counter():
 RECORD_KEYS = {"epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "lr",
                "images_per_sec", "train_images", "val_images", "train_seconds", "epoch_seconds",
                "world_size", "steps", "data_wait_seconds", "data_wait_share", "step_seconds",
-               "allreduce_wait_seconds", "allreduce_share", "allreduce_bytes_per_step"}
+               "allreduce_wait_seconds", "allreduce_share", "allreduce_bytes_per_step",
+               "ema_val_loss", "ema_val_accuracy"}
 
 
 def test_epoch_record_is_the_metrics_line():
