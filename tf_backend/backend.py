@@ -119,12 +119,13 @@ class TensorFlowBackend(HorovodBackend):
         else:
             self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
             self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
-        # Model EMA: a copy of every floating variable (weights, BN statistics).
-        self.ema = ([tf.Variable(tf.identity(v.value), trainable=False) for v in self.ema_sources()]
-                    if training.ema_decay is not None else None)
+        self.ema = None
         self._compile_steps()
         if not training.elastic:  # elastic: the state's sync broadcasts instead
             self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
+        if training.ema_decay is not None:  # from the weights every rank now has
+            # Model EMA: a copy of every floating variable (weights, BN statistics).
+            self.ema = [tf.Variable(tf.identity(v.value), trainable=False) for v in self.ema_sources()]
         return {"parameters": models.count_parameters(self.model), "framework": "tensorflow",
                 "channels_last": True,  # Keras convolutions are NHWC whatever the key says
                 "amp_dtype": policy.removeprefix("mixed_") if policy else None,

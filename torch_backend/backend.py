@@ -107,11 +107,12 @@ class TorchBackend(HorovodBackend):
                 backward_passes_per_step=hv.backward_passes_per_step)
             self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
             self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
-        # Model EMA: a copy of every floating entry of the state (parameters, BN statistics).
-        self.ema = ({name: t.detach().clone() for name, t in self.ema_sources().items()}
-                    if config.training.ema_decay is not None else None)
+        self.ema = None
         if not config.training.elastic:  # elastic: the state's sync broadcasts instead
             self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
+        if config.training.ema_decay is not None:  # after the broadcast and its optimizer step
+            # Model EMA: a copy of every floating entry of the state (parameters, BN statistics).
+            self.ema = {name: t.detach().clone() for name, t in self.ema_sources().items()}
         return {"parameters": models.count_parameters(self.model), "framework": "torch",
                 "channels_last": channels_last,
                 "amp_dtype": str(self.dtype).replace("torch.", "") if self.dtype else None,

@@ -6,6 +6,8 @@ tests/torch_backend/test_batches.py and tests/tf_backend/test_batches.py run the
 defining the module-scoped `framework` fixture: an object with
     loader(batches, workers) -> iterable of (images NHWC, labels) as numpy arrays
     loss_and_correct(targets, logits, smoothing) -> (mean loss, correct) through the backend's code
+    name, cpu (the backend's device value), batch(images NHWC, labels) -> a framework batch,
+    ema_names(backend) -> the names of the weights the EMA averages
 """
 import numpy as np
 import pytest
@@ -70,3 +72,45 @@ def test_soft_target_loss_and_dominant_label_accuracy(framework, smoothing):
     hard = np.eye(CLASSES, dtype=np.float32)[dominant]  # a one-hot target: the plain loss
     hard_loss, _ = framework.loss_and_correct(hard, logits, smoothing)
     assert hard_loss == pytest.approx(reference_loss(hard, logits, smoothing), rel=1e-5)
+
+
+def test_ema_update_follows_the_numpy_reference(framework, tmp_path):
+    """The backend's model EMA, built in this process (one rank): starts as the weights, updates
+    as hvdcls.training.ema.update does, swaps in and out without touching the weights, and
+    comes back from a checkpoint."""
+    from hvdcls import config, registry
+    from hvdcls.training import ema
+
+    cfg = config.load(overrides=["training.ema_decay=0.9", "training.threads=1"])
+    backend = registry.create_backend(framework.name)
+    backend.hvd.init()  # not backend.init(): other tests in this process set the threads already
+    backend.threads, backend.device = 1, framework.cpu
+    backend.build(cfg, CLASSES)
+
+    def weights():  # copies: torch's numpy() views share the live tensors' memory
+        return {name: np.array(value) for name, value in backend.weights().items()}
+
+    start = weights()
+    with backend.ema_weights():
+        assert all(np.array_equal(a, start[k]) for k, a in backend.weights().items())
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(8, 16, 16, 3)).astype(np.float32)
+    backend.train_step([framework.batch(images, rng.integers(0, CLASSES, 8))], 0.05)
+    trained = weights()
+    backend.ema_update(0.9)
+    with backend.ema_weights():
+        averaged = weights()
+    assert all(np.array_equal(a, trained[k]) for k, a in backend.weights().items())  # put back
+    expected = ema.update(start, trained, 0.9)
+    moved = 0
+    for name in framework.ema_names(backend):
+        assert np.allclose(averaged[name], expected[name], rtol=1e-5, atol=1e-6), name
+        moved += not np.array_equal(averaged[name], trained[name])
+    assert moved  # an average, not a copy
+    backend.save(tmp_path)
+    backend.ema_update(0.0)  # the warmup's update: a copy
+    with backend.ema_weights():
+        assert all(np.array_equal(a, trained[k]) for k, a in backend.weights().items())
+    backend.load(tmp_path)  # the checkpoint's EMA, not the copy
+    with backend.ema_weights():
+        assert all(np.array_equal(a, averaged[k]) for k, a in weights().items())

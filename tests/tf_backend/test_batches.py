@@ -10,6 +10,16 @@ from tf_backend.backend import TensorFlowBackend
 
 
 class TensorFlowFramework:
+    name, cpu = "tensorflow", "cpu"
+
+    @staticmethod
+    def batch(images, labels):
+        return tf.constant(images), tf.constant(labels)
+
+    @staticmethod
+    def ema_names(backend):
+        return [v.path for v in backend.ema_sources()]
+
     @staticmethod
     def loader(batches, workers):
         for images, labels in data.loader(batches, workers):

@@ -8,6 +8,16 @@ from torch_backend.backend import dominant
 
 
 class TorchFramework:
+    name, cpu = "torch", torch.device("cpu")
+
+    @staticmethod
+    def batch(images, labels):
+        return torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(labels)
+
+    @staticmethod
+    def ema_names(backend):
+        return list(backend.ema_sources())
+
     @staticmethod
     def loader(batches, workers):
         for images, labels in data.loader(batches, workers):
