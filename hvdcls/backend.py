@@ -146,6 +146,17 @@ class Backend(abc.ABC):
         if self.allreduce_wait_hook is not None:
             self.allreduce_wait_hook()
 
+    def ema_update(self, decay: float) -> None:
+        """Model EMA (built when training.ema_decay is set): ema = decay x ema + (1 - decay)
+        x weights, for the parameters and floating buffers; decay 0 copies the weights. The
+        EMA copy is saved, loaded, broadcast and (its buffers) averaged with the model's."""
+        raise NotImplementedError(f"{self.name} backend has no model EMA")
+
+    def ema_weights(self) -> ContextManager[None]:
+        """A context manager: inside it the model holds the EMA weights (eval_step and
+        weights() see them); the trained weights are put back when it exits."""
+        raise NotImplementedError(f"{self.name} backend has no model EMA")
+
     def allreduce_wait_seconds(self) -> Optional[float]:
         """Seconds the last train_step blocked waiting for its gradient all-reduce once the
         backward pass was done (Horovod overlaps the rest with backward), measured on the

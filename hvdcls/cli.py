@@ -94,7 +94,7 @@ def add_train(sub) -> None:
     parser.add_argument("--model", help="compact_cnn, a torchvision or keras.applications name")
     parser.add_argument("--epochs", type=int)
     parser.add_argument("-b", "--batch-size", type=int, help="per worker")
-    parser.add_argument("--lr", type=float, help="for one worker; scaled by the world size")
+    parser.add_argument("--lr", type=float, help="per 256 images of the global batch (optimizer.scale_lr)")
     parser.add_argument("--amp", action="store_true", default=None, help="mixed precision")
     parser.add_argument("--resume", help="a checkpoint or run directory")
     parser.add_argument("--output-dir", help="default runs/<timestamp>-<backend>")

@@ -30,10 +30,22 @@ class ModelConfig:
 
 @dataclass
 class AugmentConfig:
-    random_resized_crop: bool = True
+    # imagenet: random-resized crop (scale, ratio below) and flips; small: mild zoom and
+    # pad-and-crop, no flips (low-resolution images, letters and digits); none: resize only;
+    # auto: small below AUTO_SMALL_BELOW px of native size (sampled when the data opens), else
+    # imagenet (hvdcls.data.presets).
+    preset: Literal["auto", "imagenet", "small", "none"] = "auto"
+    random_resized_crop: bool = True  # imagenet preset: false resizes the whole image
     scale: List[float] = field(default_factory=lambda: [0.08, 1.0])
     ratio: List[float] = field(default_factory=lambda: [0.75, 4 / 3])
-    hflip: float = 0.5  # probability
+    hflip: Optional[float] = None  # probability; None: the preset's (imagenet 0.5, else 0)
+    # After the crop and flip, torchvision's policies (hvdcls.data.autoaugment): randaugment
+    # (num_ops ops at magnitude of 31 bins), trivialaugment (TrivialAugmentWide), autoaugment
+    # (the ImageNet policy).
+    policy: Literal["none", "randaugment", "trivialaugment", "autoaugment"] = "none"
+    magnitude: int = 9  # randaugment: of 0..30
+    num_ops: int = 2  # randaugment
+    random_erase: float = 0.0  # probability of erasing one random box (after normalising)
 
 
 @dataclass
@@ -56,6 +68,11 @@ class DataConfig:
     # in summary.json). fail by default: a broken file usually means a broken copy of the data
     # set, and a run that silently trains on less is not the run that was asked for.
     bad_files: Literal["fail", "skip"] = "fail"
+    # Batch mixing (hvdcls.data.mixing), on by alpha > 0: each batch is mixed with itself
+    # rolled by one; with both on, cutmix is picked with probability mix_switch_prob.
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
+    mix_switch_prob: float = 0.5
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
@@ -63,18 +80,30 @@ class DataConfig:
 @dataclass
 class OptimizerConfig:
     name: Literal["sgd", "adam", "adamw"] = "sgd"
-    lr: float = 0.1  # for one worker's batch; see scale_lr
-    # linear: lr x world size x backward passes (Goyal et al.)
-    scale_lr: Literal["linear", "none"] = "linear"
+    lr: float = 0.1  # per 256 images of the global batch; see scale_lr
+    # per256: lr x global batch / 256 (the linear-scaling rule of Goyal et al.: 0.1 per 256);
+    # linear: lr is for one worker's batch, x world size x backward passes; none: as given.
+    scale_lr: Literal["per256", "linear", "none"] = "per256"
     momentum: float = 0.9
     nesterov: bool = False
     weight_decay: float = 1e-4
 
 
+REFERENCE_BATCH = 256  # optimizer.scale_lr=per256: lr is for this many images (Goyal et al.)
+
+
+def worker_lr(optimizer: OptimizerConfig, batch_size: int) -> float:
+    """optimizer.lr for one worker's batch: what the backends build their optimizer with.
+    torch's Horovod broadcast_optimizer_state takes one zero-gradient step at that rate (weight
+    decay moves the weights and fills the momentum), so it stays what the rate meant before
+    per256 (0.05 for the digits' 0.4 per 256, as it was)."""
+    return optimizer.lr * batch_size / REFERENCE_BATCH if optimizer.scale_lr == "per256" else optimizer.lr
+
+
 @dataclass
 class ScheduleConfig:
     name: Literal["cosine", "step", "multistep", "constant"] = "cosine"
-    warmup_epochs: float = 0.0
+    warmup_epochs: Optional[float] = None  # None: one epoch, or a tenth of a shorter run
     warmup_start_factor: float = 0.1  # warmup starts at this fraction of the peak lr
     min_lr_factor: float = 0.0  # cosine ends at this fraction of the peak lr
     step_size: int = 30  # step: decay every step_size epochs
@@ -107,6 +136,10 @@ class TrainingConfig:
     # process with exit status 75, naming itself and the phase. The start, each epoch's end
     # and first step, and checkpoint writes get 3x this; 0: no watchdog (and no heartbeats).
     stall_timeout_seconds: float = 600.0
+    # Model EMA (hvdcls.training.ema): an averaged copy of the weights, evaluated beside them.
+    # None: off; else torchvision's --model-ema-decay (e.g. 0.99998), scaled as it scales it.
+    ema_decay: Optional[float] = None
+    ema_steps: int = 32  # optimizer steps between EMA updates
 
 
 @dataclass
@@ -188,14 +221,16 @@ def _choices(cls: type, prefix: str = "") -> dict[str, tuple[str, ...]]:
 CHOICES = _choices(Config)
 POSITIVE = ("data.image_size", "data.synthetic.num_samples", "data.synthetic.num_classes",
             "training.epochs", "training.batch_size", "training.log_every", "training.commit_every",
+            "training.ema_steps",
             "horovod.backward_passes_per_step", "output.keep_checkpoints", "schedule.step_size",
             "horovod.powersgd.rank")
 NON_NEGATIVE = ("data.workers", "optimizer.lr", "optimizer.momentum", "optimizer.weight_decay",
-                "schedule.warmup_epochs", "schedule.min_lr_factor", "output.checkpoint_every",
+                "schedule.min_lr_factor", "data.mixup_alpha", "data.cutmix_alpha", "output.checkpoint_every",
                 "training.label_smoothing", "training.seed", "training.profile_steps",
                 "training.stall_timeout_seconds",
                 "output.metrics_linger_seconds", "horovod.stall_check_seconds",
                 "horovod.stall_shutdown_seconds", "horovod.powersgd.start_iter")
+OPTIONAL_NON_NEGATIVE = ("schedule.warmup_epochs",)
 OPTIONAL_POSITIVE = ("model.num_classes", "training.grad_clip_norm", "training.threads",
                      "horovod.fusion_threshold_mb", "horovod.cycle_time_ms")
 
@@ -222,8 +257,8 @@ def _parse_overrides(overrides: list[str]) -> list[str]:
 # win), so a bare `hvdcls train` trains something sensible in seconds.
 DIGITS_DEFAULTS = {
     "data": {"image_size": 16, "eval_crop": 1.0, "workers": 0, "mean": [0.5] * 3, "std": [0.5] * 3,
-             "augment": {"scale": [0.7, 1.0], "ratio": [0.8, 1.25], "hflip": 0.0}},
-    "optimizer": {"lr": 0.05, "weight_decay": 5e-4},
+             "augment": {"preset": "imagenet", "scale": [0.7, 1.0], "ratio": [0.8, 1.25], "hflip": 0.0}},
+    "optimizer": {"lr": 0.4, "weight_decay": 5e-4},  # 0.05 per worker of 32, as before
     "schedule": {"warmup_epochs": 1.0},
     "training": {"epochs": 12, "log_every": 1000},
 }
@@ -352,6 +387,10 @@ def validate(config: Config) -> None:
         value = get(config, key)
         if value is not None:
             _check(key, value, lambda v: v > 0, "must be > 0 (or null)")
+    for key in OPTIONAL_NON_NEGATIVE:
+        value = get(config, key)
+        if value is not None:
+            _check(key, value, lambda v: v >= 0, "must be >= 0 (or null)")
     _validate_data(config.data)
     _validate_stall(config.horovod)
     _validate_schedule(config.schedule, config.training.epochs)
@@ -377,9 +416,21 @@ def validate(config: Config) -> None:
         # A worker that joins after a reset would start from another Q and no error feedback.
         raise UserError("config horovod.compression=powersgd with training.elastic=true: the "
                         "PowerSGD state is not part of the elastic state yet; use one or the other")
+    _validate_ema(config.training)
     if not 0 <= config.training.label_smoothing < 1:
         raise UserError(f"config training.label_smoothing={config.training.label_smoothing}: "
                         "must be in [0, 1)")
+
+
+def _validate_ema(training: TrainingConfig) -> None:
+    decay = training.ema_decay
+    if decay is None:
+        return
+    if not 0 < decay < 1:
+        raise UserError(f"config training.ema_decay={decay}: must be in (0, 1) (or null: no EMA)")
+    if training.elastic:
+        raise UserError("config training.ema_decay with training.elastic=true: the EMA weights are "
+                        "not part of the elastic state yet; use one or the other")
 
 
 def _not_a_choice(key: str, value: Any) -> UserError:
@@ -411,8 +462,15 @@ def _validate_data(data: DataConfig) -> None:
         raise UserError(f"config data.augment.scale={list(scale)}: needs [low, high] in (0, 1]")
     if len(ratio) != 2 or not 0 < ratio[0] <= ratio[1]:
         raise UserError(f"config data.augment.ratio={list(ratio)}: needs [low, high], 0 < low <= high")
-    if not 0 <= data.augment.hflip <= 1:
-        raise UserError(f"config data.augment.hflip={data.augment.hflip}: a probability in [0, 1]")
+    aug = data.augment
+    for key, value in (("augment.hflip", aug.hflip), ("augment.random_erase", aug.random_erase),
+                       ("mix_switch_prob", data.mix_switch_prob)):
+        if value is not None and not 0 <= value <= 1:
+            raise UserError(f"config data.{key}={value}: a probability in [0, 1]")
+    if not 0 <= aug.magnitude <= 30:
+        raise UserError(f"config data.augment.magnitude={aug.magnitude}: must be in [0, 30]")
+    if not 1 <= aug.num_ops <= 14:
+        raise UserError(f"config data.augment.num_ops={aug.num_ops}: must be in [1, 14]")
 
 
 def _validate_stall(horovod: HorovodConfig) -> None:
@@ -426,7 +484,7 @@ def _validate_stall(horovod: HorovodConfig) -> None:
 
 
 def _validate_schedule(schedule: ScheduleConfig, epochs: int) -> None:
-    if schedule.warmup_epochs >= epochs and schedule.warmup_epochs > 0:
+    if schedule.warmup_epochs is not None and schedule.warmup_epochs >= epochs and schedule.warmup_epochs > 0:
         raise UserError(f"config schedule.warmup_epochs={schedule.warmup_epochs}: must be shorter "
                         f"than training.epochs={epochs}")
     if not 0 < schedule.warmup_start_factor <= 1:

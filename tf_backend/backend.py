@@ -32,7 +32,7 @@ import tensorflow as tf  # noqa: E402
 
 from hvdcls import powersgd  # noqa: E402
 from hvdcls.backend import Sums, add  # noqa: E402
-from hvdcls.config import Config  # noqa: E402
+from hvdcls.config import Config, worker_lr  # noqa: E402
 from hvdcls.data.batches import EpochBatches  # noqa: E402
 from hvdcls.errors import UserError  # noqa: E402
 from hvdcls.horovod_backend import HorovodBackend  # noqa: E402
@@ -50,12 +50,12 @@ def tf_variables(variables) -> list[tf.Variable]:
 def make_optimizer(config: Config) -> keras.optimizers.Optimizer:
     """Same update rules as torch_backend: SGD and Adam take weight decay as L2 on the gradient
     (added in train step), AdamW decouples it."""
-    opt = config.optimizer
+    opt, lr = config.optimizer, worker_lr(config.optimizer, config.training.batch_size)
     if opt.name == "sgd":
-        return keras.optimizers.SGD(opt.lr, momentum=opt.momentum, nesterov=opt.nesterov)
+        return keras.optimizers.SGD(lr, momentum=opt.momentum, nesterov=opt.nesterov)
     if opt.name == "adam":
-        return keras.optimizers.Adam(opt.lr, epsilon=1e-8)
-    return keras.optimizers.AdamW(opt.lr, weight_decay=opt.weight_decay, epsilon=1e-8)
+        return keras.optimizers.Adam(lr, epsilon=1e-8)
+    return keras.optimizers.AdamW(lr, weight_decay=opt.weight_decay, epsilon=1e-8)
 
 
 def amp_policy(config: Config, on_gpu: bool) -> str | None:
@@ -121,9 +121,13 @@ class TensorFlowBackend(HorovodBackend):
         else:
             self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
             self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
+        self.ema = None
         self._compile_steps()
         if not training.elastic:  # elastic: the state's sync broadcasts instead
             self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
+        if training.ema_decay is not None:  # from the weights every rank now has
+            # Model EMA: a copy of every floating variable (weights, BN statistics).
+            self.ema = [tf.Variable(tf.identity(v.value), trainable=False) for v in self.ema_sources()]
         return {"parameters": models.count_parameters(self.model), "framework": "tensorflow",
                 "channels_last": True,  # Keras convolutions are NHWC whatever the key says
                 "amp_dtype": policy.removeprefix("mixed_") if policy else None,
@@ -135,23 +139,27 @@ class TensorFlowBackend(HorovodBackend):
         self._local_grads = tf.function(self._local_grads_eager, reduce_retracing=True)
         self._apply_accumulated = tf.function(self._apply_accumulated_eager, reduce_retracing=True)
         self._eval = tf.function(self._eval_eager, reduce_retracing=True)
+        self._ema_update = tf.function(self._ema_update_eager)
 
     def loader(self, batches: EpochBatches, workers: int):
         return data.loader(batches, workers)
 
     def loss(self, labels, logits):
-        """Mean cross-entropy, label smoothing as torch's CrossEntropyLoss does it."""
+        """Mean cross-entropy, label smoothing as torch's CrossEntropyLoss does it; `labels`
+        are class indices or mixed targets (N, classes) from mixup/cutmix."""
         logits = tf.cast(logits, tf.float32)
-        if self.smoothing:
-            one_hot = tf.one_hot(labels, self.num_classes)
+        soft = labels.dtype.is_floating  # decided when the step is traced
+        if self.smoothing or soft:
+            targets = labels if soft else tf.one_hot(labels, self.num_classes)
             return tf.reduce_mean(keras.losses.categorical_crossentropy(
-                one_hot, logits, from_logits=True, label_smoothing=self.smoothing))
+                targets, logits, from_logits=True, label_smoothing=self.smoothing))
         return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
 
     @staticmethod
     def sums(loss, logits, labels) -> Sums:
         count = tf.shape(labels)[0]
-        correct = tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == labels, tf.int32))
+        dominant = tf.argmax(labels, 1) if labels.dtype.is_floating else labels  # mixed: largest share
+        correct = tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == dominant, tf.int32))
         return Sums(loss * tf.cast(count, tf.float32), correct, count)
 
     def _forward(self, images, labels):
@@ -229,6 +237,29 @@ class TensorFlowBackend(HorovodBackend):
     def eval_step(self, batch) -> Sums:
         return self._eval(*batch)
 
+    def ema_sources(self) -> list:
+        """The model's floating variables (Keras 3's), in the model's order."""
+        return [v for v in self.model.variables if "float" in str(v.dtype)]
+
+    def _ema_update_eager(self, decay):
+        for average, live in zip(self.ema, tf_variables(self.ema_sources())):
+            average.assign(decay * average + (1.0 - decay) * tf.cast(live, average.dtype))
+
+    def ema_update(self, decay: float) -> None:
+        self._ema_update(tf.constant(decay, tf.float32))
+
+    @contextmanager
+    def ema_weights(self):
+        live = self.ema_sources()
+        kept = [v.numpy() for v in live]
+        for v, average in zip(live, self.ema):
+            v.assign(average)
+        try:
+            yield
+        finally:
+            for v, value in zip(live, kept):
+                v.assign(value)
+
     def float64_tensor(self, values: list[float]) -> tf.Tensor:
         return tf.constant(values, tf.float64)
 
@@ -237,6 +268,9 @@ class TensorFlowBackend(HorovodBackend):
 
     def sync_buffers(self) -> None:
         buffers = tf_variables(self.model.non_trainable_variables)
+        if self.ema is not None:  # the EMA of the buffers: linear, so averaged the same way
+            fixed = {v.path for v in self.model.non_trainable_variables}
+            buffers += [e for e, v in zip(self.ema, self.ema_sources()) if v.path in fixed]
         if hvd.size() > 1 and buffers:
             averaged = hvd.grouped_allreduce(buffers, op=hvd.Average, name="bn_buffers")
             for buffer, value in zip(buffers, averaged):
@@ -245,6 +279,7 @@ class TensorFlowBackend(HorovodBackend):
     def save(self, directory: Path) -> None:
         arrays = {f"model/{i}": v.numpy() for i, v in enumerate(self.model.variables)}
         arrays.update({f"optimizer/{i}": v.numpy() for i, v in enumerate(self.optimizer.variables)})
+        arrays.update({f"ema/{i}": v.numpy() for i, v in enumerate(self.ema or [])})
         with open(directory / CHECKPOINT_FILE, "wb") as handle:
             np.savez(handle, **arrays, **(self.reducer.state_arrays() if self.reducer else {}))
 
@@ -262,6 +297,9 @@ class TensorFlowBackend(HorovodBackend):
                                 f"the configured {prefix} has {len(variables)}")
             for i, variable in enumerate(variables):
                 variable.assign(stored[f"{prefix}/{i}"])
+        if self.ema is not None:  # a checkpoint without one: the EMA starts from its weights
+            for i, (average, live) in enumerate(zip(self.ema, self.ema_sources())):
+                average.assign(stored.get(f"ema/{i}", live.numpy()))
         if self.reducer is not None:
             try:
                 self.reducer.load_arrays(stored)
@@ -271,6 +309,8 @@ class TensorFlowBackend(HorovodBackend):
     def broadcast_state(self) -> None:
         hvd.broadcast_variables(tf_variables(self.model.variables), root_rank=0)  # Horovod
         hvd.broadcast_variables(tf_variables(self.optimizer.variables), root_rank=0)  # Horovod
+        if self.ema is not None:
+            hvd.broadcast_variables(self.ema, root_rank=0)  # Horovod: rank 0's EMA copy
         if self.reducer is not None:  # Horovod: rank 0's PowerSGD Q, error and step count
             hvd.broadcast_variables(self.reducer.state_variables(), root_rank=0)
             self.reducer.step = hvd.broadcast_object(self.reducer.step, root_rank=0, name="powersgd.step")

@@ -19,7 +19,7 @@ import torchvision
 
 from hvdcls import powersgd
 from hvdcls.backend import Sums, add
-from hvdcls.config import Config
+from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches
 from hvdcls.errors import UserError
 from hvdcls.horovod_backend import HorovodBackend
@@ -31,13 +31,18 @@ CHECKPOINT_FILE = "torch.pt"
 
 
 def make_optimizer(params, config: Config) -> torch.optim.Optimizer:
-    opt = config.optimizer
+    opt, lr = config.optimizer, worker_lr(config.optimizer, config.training.batch_size)
     if opt.name == "sgd":
-        return torch.optim.SGD(params, lr=opt.lr, momentum=opt.momentum, nesterov=opt.nesterov,
+        return torch.optim.SGD(params, lr=lr, momentum=opt.momentum, nesterov=opt.nesterov,
                                weight_decay=opt.weight_decay)
     if opt.name == "adam":  # L2 added to the gradient, as torch's Adam does
-        return torch.optim.Adam(params, lr=opt.lr, weight_decay=opt.weight_decay)
-    return torch.optim.AdamW(params, lr=opt.lr, weight_decay=opt.weight_decay)
+        return torch.optim.Adam(params, lr=lr, weight_decay=opt.weight_decay)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=opt.weight_decay)
+
+
+def dominant(labels: torch.Tensor) -> torch.Tensor:
+    """Class indices; for mixed targets (mixup/cutmix) the class with the largest share."""
+    return labels.argmax(1) if labels.ndim == 2 else labels
 
 
 def amp_dtype(config: Config, device: torch.device) -> torch.dtype | None:
@@ -104,8 +109,12 @@ class TorchBackend(HorovodBackend):
                 backward_passes_per_step=hv.backward_passes_per_step)
             self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
             self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
+        self.ema = None
         if not config.training.elastic:  # elastic: the state's sync broadcasts instead
             self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
+        if config.training.ema_decay is not None:  # after the broadcast and its optimizer step
+            # Model EMA: a copy of every floating entry of the state (parameters, BN statistics).
+            self.ema = {name: t.detach().clone() for name, t in self.ema_sources().items()}
         return {"parameters": models.count_parameters(self.model), "framework": "torch",
                 "channels_last": channels_last,
                 "amp_dtype": str(self.dtype).replace("torch.", "") if self.dtype else None,
@@ -134,11 +143,11 @@ class TorchBackend(HorovodBackend):
             images, labels = self.to_device(images), labels.to(self.device)
             with self.autocast():
                 logits = self.model(images)
-                loss = self.criterion(logits, labels)
+                loss = self.criterion(logits, labels)  # class indices, or mixed targets (N, C)
             # Accumulated passes each carry 1/N of the step's gradient.
             self.scaler.scale(loss / len(micro_batches)).backward()
             total = add(total, Sums(loss.detach().float() * len(labels),
-                                    (logits.argmax(1) == labels).sum(), len(labels)))
+                                    (logits.argmax(1) == dominant(labels)).sum(), len(labels)))
         if self.reducer is not None:
             self._powersgd_step()
         elif self.adasum:  # Horovod: Adasum combines the weight updates inside step() itself
@@ -187,6 +196,28 @@ class TorchBackend(HorovodBackend):
         loss = F.cross_entropy(logits.float(), labels, reduction="sum")
         return Sums(loss, (logits.argmax(1) == labels).sum(), len(labels))
 
+    def ema_sources(self) -> dict[str, torch.Tensor]:
+        """The model's floating state entries by name (views of the live tensors)."""
+        return {name: t for name, t in self.model.state_dict().items() if t.is_floating_point()}
+
+    @torch.no_grad()
+    def ema_update(self, decay: float) -> None:
+        for name, live in self.ema_sources().items():
+            self.ema[name].mul_(decay).add_(live.detach(), alpha=1.0 - decay)
+
+    @contextmanager
+    def ema_weights(self):
+        live = self.ema_sources()
+        kept = {name: t.clone() for name, t in live.items()}
+        with torch.no_grad():
+            for name, t in live.items():
+                t.copy_(self.ema[name])
+            try:
+                yield
+            finally:
+                for name, t in live.items():
+                    t.copy_(kept[name])
+
     def float64_tensor(self, values: list[float]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.float64)
 
@@ -194,7 +225,10 @@ class TorchBackend(HorovodBackend):
         torch.manual_seed(seed)
 
     def sync_buffers(self) -> None:
-        buffers = [b for b in self.model.buffers() if b.is_floating_point()]
+        named = [(n, b) for n, b in self.model.named_buffers() if b.is_floating_point()]
+        buffers = [b for _, b in named]
+        if self.ema is not None:  # the EMA of the buffers: linear, so averaged the same way
+            buffers += [self.ema[n] for n, _ in named if n in self.ema]
         if hvd.size() > 1 and buffers:
             averaged = hvd.grouped_allreduce(buffers, op=hvd.Average, name="bn_buffers")
             for buffer, value in zip(buffers, averaged):
@@ -205,6 +239,8 @@ class TorchBackend(HorovodBackend):
                  "scaler": self.scaler.state_dict()}
         if self.reducer is not None:
             state["powersgd"] = self.reducer.state_dict()
+        if self.ema is not None:
+            state["ema"] = self.ema
         torch.save(state, directory / CHECKPOINT_FILE)
 
     def load(self, directory: Path) -> None:
@@ -216,6 +252,10 @@ class TorchBackend(HorovodBackend):
             self.scaler.load_state_dict(state["scaler"])
             if self.reducer is not None:
                 self.reducer.load_state_dict(state["powersgd"])
+            if self.ema is not None:  # a checkpoint without one: the EMA starts from its weights
+                stored = state.get("ema") or self.ema_sources()
+                for name, t in self.ema.items():
+                    t.copy_(stored[name])
         except (OSError, RuntimeError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as err:
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise UserError(f"cannot load {path}: {reason}") from None
@@ -223,6 +263,8 @@ class TorchBackend(HorovodBackend):
     def broadcast_state(self) -> None:
         hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)  # Horovod
         hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)  # Horovod
+        if self.ema is not None:  # Horovod: rank 0's EMA copy
+            hvd.broadcast_parameters([(f"ema.{n}", t) for n, t in self.ema.items()], root_rank=0)
         if self.reducer is not None:  # Horovod: rank 0's PowerSGD Q, error and step count
             for tensor in self.reducer.state_tensors():
                 hvd.broadcast_(tensor, root_rank=0)

@@ -7,32 +7,42 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 
+from hvdcls.data.mixing import BatchMix
 from hvdcls.data.sources import ImageSource
 from hvdcls.data.transforms import Preprocess
 
 
 @dataclass
 class EpochBatches:
-    """Batch k of one epoch on this rank: (images float32 NHWC, labels int64)."""
+    """Batch k of one epoch on this rank: (images float32 NHWC, labels int64), or with batch
+    mixing on, (mixed images, targets float32 (N, classes))."""
 
     source: ImageSource
     batches: list[np.ndarray]  # sample indices per batch, from hvdcls.data.sharding
     preprocess: Preprocess
     epoch: int
     train: bool
+    mix: Optional[BatchMix] = None  # training batches only
+
+    @property
+    def soft_classes(self) -> Optional[int]:
+        """The targets' width when they are soft (mixed), else None (int labels)."""
+        return self.mix.num_classes if self.train and self.mix and self.mix.enabled else None
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __getitem__(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         indices = self.batches[k]
-        images = [self._one(int(i)) for i in indices]
+        images = np.stack([self._one(int(i)) for i in indices])
         labels = np.asarray([self.source.label(int(i)) for i in indices], np.int64)
-        return np.stack(images), labels
+        if self.soft_classes:
+            return self.mix(images, labels, self.epoch, int(indices[0]))
+        return images, labels
 
     def _one(self, index: int) -> np.ndarray:
         image = self.source.image(index)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from hvdcls.config import Config
-from hvdcls.data import lmdb_store
+from hvdcls.data import lmdb_store, presets
 from hvdcls.data.bad_files import BadFileLog, CheckedSource
 from hvdcls.data.sources import (ArraySource, Data, FileSource, SyntheticSource, imagefolder_splits,
                                  split_source)
@@ -61,8 +61,10 @@ def detect_format(path: Path) -> str:
 
 def open_data(config: Config) -> Data:
     """The configured data set, its format detected from data.path when data.name=auto, read
-    under the data.bad_files policy (hvdcls.data.bad_files)."""
+    under the data.bad_files policy (hvdcls.data.bad_files), its augmentation preset chosen
+    (hvdcls.data.presets: `auto` measures a sample of the images)."""
     data = _open_format(config)
+    data.augment = presets.choose(config.data, data.name, data.train, config.training.seed).describe()
     data.bad_files = BadFileLog(config.data.bad_files)
     data.train, data.val = CheckedSource(data.train, data.bad_files), CheckedSource(data.val, data.bad_files)
     return data

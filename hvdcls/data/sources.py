@@ -120,6 +120,8 @@ class Data:
     classes: list[str]
     description: dict = field(default_factory=dict)
     bad_files: Optional[BadFileLog] = None  # set by open_data: the data.bad_files policy
+    # set by open_data: data.augment.preset resolved, {preset, chosen_by, native_size}
+    augment: dict = field(default_factory=dict)
 
     @property
     def num_classes(self) -> int:

@@ -2,17 +2,26 @@
 
 Both frameworks receive exactly the same pixels: augmentation draws from a generator seeded by
 (seed, epoch, sample index), so a batch does not depend on the backend, the number of loader
-workers, or whether the run was resumed.
+workers, or whether the run was resumed. A training image goes through the preset's geometry
+(hvdcls.data.presets picks it), the flip, data.augment.policy (hvdcls.data.autoaugment),
+normalisation, then random erasing.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 from PIL import Image
 
 from hvdcls.config import DataConfig
+from hvdcls.data.autoaugment import apply_policy, random_erase
+from hvdcls.data.presets import hflip_probability
+
+SMALL_SCALE = (0.8, 1.0)  # the small preset's zoom: at least 80% of the area stays
+SMALL_RATIO = (0.9, 1 / 0.9)
+SMALL_PAD = 1 / 8  # ... and a translation by up to 1/8 of the side (4 px at 32, as for CIFAR)
 
 
 def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
@@ -53,22 +62,52 @@ def centre_crop_box(width: int, height: int, crop_fraction: float) -> tuple[int,
     return left, top, left + side, top + side
 
 
+def pad_and_crop(image: Image.Image, pad: int, rng) -> Image.Image:
+    """`image` shifted by up to `pad` pixels each way, black where it moved in from."""
+    width, height = image.size
+    canvas = Image.new("RGB", (width + 2 * pad, height + 2 * pad))
+    canvas.paste(image, (pad, pad))
+    left, top = int(rng.integers(0, 2 * pad + 1)), int(rng.integers(0, 2 * pad + 1))
+    return canvas.crop((left, top, left + width, top + height))
+
+
 @dataclass(frozen=True)
 class Preprocess:
-    """Turns a PIL image into a normalised float32 HWC array of side `image_size`."""
+    """Turns a PIL image into a normalised float32 HWC array of side `image_size`.
+
+    `preset`: the resolved data.augment.preset (hvdcls.data.presets.choose); None takes the
+    config's, where `auto`, unresolved, stands for imagenet."""
 
     config: DataConfig
     seed: int = 0
+    preset: Optional[str] = None
+
+    @property
+    def geometry(self) -> str:
+        preset = self.preset or self.config.augment.preset
+        return "imagenet" if preset == "auto" else preset
 
     def train(self, image: Image.Image, epoch: int, index: int) -> np.ndarray:
-        aug, size = self.config.augment, self.config.image_size
+        aug = self.config.augment
         rng = sample_rng(self.seed, epoch, index)
-        box = (random_resized_crop_box(*image.size, aug.scale, aug.ratio, rng)
-               if aug.random_resized_crop else (0, 0, *image.size))
-        out = image.resize((size, size), Image.BILINEAR, box=box)
-        if rng.random() < aug.hflip:
+        out = self.reshape(image, rng)
+        if rng.random() < hflip_probability(self.config, self.geometry):
             out = out.transpose(Image.FLIP_LEFT_RIGHT)
-        return self.normalise(out)
+        out = apply_policy(aug.policy, out, rng, aug.num_ops, aug.magnitude)
+        return random_erase(self.normalise(out), rng, aug.random_erase)
+
+    def reshape(self, image: Image.Image, rng) -> Image.Image:
+        """The preset's crop, resized to image_size."""
+        aug, size, geometry = self.config.augment, self.config.image_size, self.geometry
+        box = (0, 0, *image.size)
+        if geometry == "imagenet" and aug.random_resized_crop:
+            box = random_resized_crop_box(*image.size, aug.scale, aug.ratio, rng)
+        elif geometry == "small":
+            box = random_resized_crop_box(*image.size, SMALL_SCALE, SMALL_RATIO, rng)
+        out = image.resize((size, size), Image.BILINEAR, box=box)
+        if geometry == "small":
+            out = pad_and_crop(out, max(1, round(size * SMALL_PAD)), rng)
+        return out
 
     def eval(self, image: Image.Image) -> np.ndarray:
         size = self.config.image_size

@@ -71,6 +71,8 @@ class EpochRecord:
     allreduce_wait_seconds: Optional[float]  # None: the backend cannot separate it
     allreduce_share: Optional[float]
     allreduce_bytes_per_step: Optional[float]  # None: the backend does not count
+    ema_val_loss: Optional[float] = None  # the model EMA's (training.ema_decay); None: no EMA
+    ema_val_accuracy: Optional[float] = None
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -45,6 +45,8 @@ def epoch_line(r: dict) -> str:
     line = (f"epoch {r['epoch']}: train loss {r['train_loss']:.4f} acc {r['train_accuracy']:.4f} | "
             f"val loss {r['val_loss']:.4f} acc {r['val_accuracy']:.4f} | lr {r['lr']:.4g} | "
             f"{r['images_per_sec']:.1f} img/s | {r['epoch_seconds']:.1f} s")
+    if r.get("ema_val_accuracy") is not None:
+        line += f" | EMA val loss {r['ema_val_loss']:.4f} acc {r['ema_val_accuracy']:.4f}"
     if r.get("allreduce_share") is not None:
         line += f" | all-reduce wait {100 * r['allreduce_share']:.1f} %"
     return line

@@ -61,7 +61,8 @@ def world_schedule(config: Config, shards: ElasticShards) -> schedule.LRSchedule
     """Horovod: the rate follows the world as it is now (peak x size, this size's steps)."""
     return schedule.build(config.optimizer, config.schedule, world_size=shards.world_size,
                           backward_passes=shards.backward_passes,
-                          steps_per_epoch=shards.steps_per_epoch, epochs=config.training.epochs)
+                          steps_per_epoch=shards.steps_per_epoch, epochs=config.training.epochs,
+                          batch_size=shards.batch_size)
 
 
 def kill_if_asked(rank: int, global_step: int, environ=os.environ) -> None:

@@ -19,11 +19,12 @@ import numpy as np
 from hvdcls.backend import Backend, Context, Sums, add
 from hvdcls.config import Config
 from hvdcls.data.batches import EpochBatches, LoaderWait
+from hvdcls.data.mixing import BatchMix
 from hvdcls.data.sharding import TrainShards, eval_batches
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
 from hvdcls.observe.monitor import EpochRecord, LossReads, Monitor, RunInfo, StepSample
-from hvdcls.training import checkpoint, faults, schedule
+from hvdcls.training import checkpoint, ema, faults, schedule
 from hvdcls.training.outputs import RunOutputs
 from hvdcls.training.profiling import StepProfiler
 from hvdcls.training.watchdog import (ALLREDUCE, CHECKPOINTING, COMPUTING, EPOCH_COLLECTIVES,
@@ -119,8 +120,9 @@ class StepHook:
 
 def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seconds: float,
                  epoch_seconds: float, times: EpochTimes, world_size: int,
-                 steps: int) -> EpochRecord:
-    """One epoch's line of metrics.jsonl from its reduced metrics and rank 0's timings."""
+                 steps: int, ema_val: Optional[Reduced] = None) -> EpochRecord:
+    """One epoch's line of metrics.jsonl from its reduced metrics and rank 0's timings
+    (and the model EMA's validation, where there is one)."""
     allreduce_share = None if times.allreduce is None else times.allreduce / train_seconds
     return EpochRecord(
         epoch=epoch + 1, train_loss=train.loss, train_accuracy=train.accuracy, val_loss=val.loss,
@@ -129,7 +131,9 @@ def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seco
         epoch_seconds=epoch_seconds, world_size=world_size, steps=steps,
         data_wait_seconds=times.data_wait, data_wait_share=times.data_wait / train_seconds,
         step_seconds=times.step, allreduce_wait_seconds=times.allreduce,
-        allreduce_share=allreduce_share, allreduce_bytes_per_step=times.bytes_per_step)
+        allreduce_share=allreduce_share, allreduce_bytes_per_step=times.bytes_per_step,
+        ema_val_loss=ema_val.loss if ema_val else None,
+        ema_val_accuracy=ema_val.accuracy if ema_val else None)
 
 
 def sent_bytes(backend: Backend) -> Optional[tuple]:
@@ -159,10 +163,13 @@ class Trainer:
         self.lr_at = schedule.build(config.optimizer, config.schedule, world_size=ctx.size,
                                     backward_passes=self.passes,
                                     steps_per_epoch=self.shards.steps_per_epoch,
-                                    epochs=config.training.epochs)
-        self.preprocess = Preprocess(config.data, config.training.seed)
+                                    epochs=config.training.epochs,
+                                    batch_size=config.training.batch_size)
+        self.preprocess = Preprocess(config.data, config.training.seed, data.augment.get("preset"))
+        self.mix = BatchMix(config.data, data.num_classes, config.training.seed)
         # Every rank trains the same number of full steps, so images per step are known exactly.
         self.images_per_step = config.training.batch_size * self.passes * ctx.size
+        self.ema = ema.schedule_for(config, self.images_per_step)  # None: no model EMA
         self.profiler: Optional[StepProfiler] = None
         self.first_epoch = 0
 
@@ -200,7 +207,8 @@ class Trainer:
 
     def epoch_batches(self, epoch: int, indices: list) -> EpochBatches:
         """This rank's training micro-batches `indices` of `epoch`, read and augmented."""
-        return EpochBatches(self.data.train, indices, self.preprocess, epoch, train=True)
+        return EpochBatches(self.data.train, indices, self.preprocess, epoch, train=True,
+                            mix=self.mix)
 
     def run_steps(self, epoch: int, batches: EpochBatches, first_step: int,
                   lr_at: Callable[[int], float], times: EpochTimes,
@@ -223,6 +231,8 @@ class Trainer:
             lr = lr_at(i)
             timed = self.timed_step(epoch, step, micro, lr, loader.take(), loss_reads)
             tally.add(timed.sums, lr)
+            if self.ema and self.ema.due(epoch * self.shards.steps_per_epoch + step):
+                self.backend.ema_update(self.ema.decay_at(epoch))
             times.add(timed.sample)
             self.monitor.step(timed.sample)
             self.phases.step_done(step)
@@ -254,9 +264,13 @@ class Trainer:
         self.phases.slow_until_step(EPOCH_COLLECTIVES)
         self.backend.sync_buffers()  # Horovod: BN statistics are not gradients; average them
         val = self.evaluate()
+        ema_val = None
+        if self.ema:
+            with self.backend.ema_weights():
+                ema_val = self.evaluate()
         seconds = train_seconds if started is None else time.perf_counter() - started
         record = epoch_record(epoch, train, val, lr, train_seconds, seconds, times,
-                              self.ctx.size, steps)
+                              self.ctx.size, steps, ema_val)
         self.phases.enter(RECORDING)
         self.outputs.add_epoch(record)
         self.monitor.epoch(record, self.outputs.history)

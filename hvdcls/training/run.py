@@ -133,7 +133,12 @@ def banner(job: Job, ctx: Context, label: str, run_dir: Path) -> str:
     data = job.data
     return (f"hvdcls {__version__}: {job.backend_name} backend, {label}{ctx.size} process(es) "
             f"({ctx.controller}), {data.name}: {len(data.train)} train / {len(data.val)} val "
-            f"images, {job.num_classes} classes -> {run_dir}")
+            f"images, {job.num_classes} classes, augment {augment_line(data)} -> {run_dir}")
+
+
+def augment_line(data: Data) -> str:
+    """'small (auto: native 32 px < 64)': the preset and why, for the banner."""
+    return f"{data.augment.get('preset', 'imagenet')} ({data.augment.get('chosen_by', 'config')})"
 
 
 def closing_summary(job: Job, ended: Ended, model_info: dict,
@@ -362,6 +367,9 @@ def check_controller(config: cfg.Config, ctx: Context) -> None:
 def with_rank_facts(summary: dict, backend: Backend) -> dict:
     """`summary` plus every rank's model digest and host (collectives: every rank calls this)."""
     summary["rank_weight_digests"] = rank_weight_digests(backend)
+    if summary["config"]["training"]["ema_decay"] is not None:  # the EMA copy agrees too
+        with backend.ema_weights():
+            summary["rank_ema_digests"] = rank_weight_digests(backend)
     summary["rank_hosts"] = backend.allgather_object(socket.gethostname(), "rank_hosts")
     return summary
 
@@ -392,9 +400,10 @@ def make_summary(config: cfg.Config, ctx: Context, data: Data, model_info: dict,
     return {
         "backend": ctx.backend, "world_size": ctx.size, "controller": ctx.controller,
         "model": config.model.name, "dataset": data.name, "data": data.description,
-        "num_classes": data.num_classes, "epochs": config.training.epochs,
+        "augment": data.augment, "num_classes": data.num_classes, "epochs": config.training.epochs,
         "val_accuracy": history[-1].val_accuracy if history else None,
         "best_val_accuracy": max((r.val_accuracy for r in history), default=None),
+        "ema_val_accuracy": history[-1].ema_val_accuracy if history else None,
         "val_loss": history[-1].val_loss if history else None,
         "images_per_sec": images / seconds if seconds else None,
         "wall_seconds": time.time() - started,

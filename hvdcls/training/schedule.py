@@ -2,19 +2,26 @@
 
 The core asks for the rate of every optimizer step and hands it to the backend, so the two
 frameworks follow exactly the same curve. Scaling follows Goyal et al. (2017), as Horovod's
-examples do: the configured rate is for one worker's batch, and `scale_lr=linear` multiplies
-it by the number of workers and by the backward passes accumulated per step; a warmup ramps
-up to that peak so the large effective batch does not diverge in the first epochs.
+examples do: by default (`scale_lr=per256`) the configured rate is for 256 images and the peak
+is lr x global batch / 256 (global batch: per-worker batch x workers x backward passes);
+`scale_lr=linear` takes the rate as one worker's batch's and multiplies it by the number of
+workers and backward passes. A warmup (one epoch unless set) ramps up to that peak so the
+large effective batch does not diverge in the first epochs.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from hvdcls.config import OptimizerConfig, ScheduleConfig
+from hvdcls.config import REFERENCE_BATCH, OptimizerConfig, ScheduleConfig
 
 
-def peak_lr(optimizer: OptimizerConfig, world_size: int, backward_passes: int = 1) -> float:
+
+
+def peak_lr(optimizer: OptimizerConfig, world_size: int, backward_passes: int, batch_size: int) -> float:
+    """The rate after scaling; `batch_size` is one worker's batch per backward pass."""
+    if optimizer.scale_lr == "per256":
+        return optimizer.lr * (batch_size * world_size * backward_passes / REFERENCE_BATCH)
     if optimizer.scale_lr == "linear":
         return optimizer.lr * world_size * backward_passes
     return optimizer.lr
@@ -29,7 +36,7 @@ class LRSchedule:
 
     @property
     def warmup_steps(self) -> int:
-        return round(self.config.warmup_epochs * self.steps_per_epoch)
+        return round(warmup_epochs(self.config, self.epochs) * self.steps_per_epoch)
 
     @property
     def total_steps(self) -> int:
@@ -58,7 +65,14 @@ class LRSchedule:
         return 1.0  # constant
 
 
+def warmup_epochs(schedule: ScheduleConfig, epochs: int) -> float:
+    """schedule.warmup_epochs, or when unset one epoch (a tenth of a run shorter than 10)."""
+    if schedule.warmup_epochs is not None:
+        return schedule.warmup_epochs
+    return min(1.0, epochs / 10)
+
+
 def build(optimizer: OptimizerConfig, schedule: ScheduleConfig, *, world_size: int,
-          backward_passes: int, steps_per_epoch: int, epochs: int) -> LRSchedule:
-    return LRSchedule(peak_lr(optimizer, world_size, backward_passes), steps_per_epoch, epochs,
-                      schedule)
+          backward_passes: int, steps_per_epoch: int, epochs: int, batch_size: int) -> LRSchedule:
+    return LRSchedule(peak_lr(optimizer, world_size, backward_passes, batch_size), steps_per_epoch,
+                      epochs, schedule)

@@ -37,7 +37,8 @@ def test_defaults_load():
     assert cfg.data.image_size == 224
     assert cfg.data.mean == config.IMAGENET_MEAN and cfg.data.std == config.IMAGENET_STD
     assert cfg.optimizer.name == "sgd" and cfg.optimizer.lr == 0.1
-    assert cfg.optimizer.scale_lr == "linear"
+    assert cfg.optimizer.scale_lr == "per256" and cfg.schedule.warmup_epochs is None
+    assert cfg.data.augment.preset == "auto" and cfg.data.augment.hflip is None
     assert cfg.schedule.name == "cosine" and cfg.schedule.milestones == []
     assert cfg.training.epochs == 10 and cfg.training.batch_size == 32
     assert cfg.horovod.backward_passes_per_step == 1 and cfg.horovod.fusion_threshold_mb is None
@@ -50,7 +51,8 @@ def test_digits_bring_their_own_defaults_under_everything_else(tmp_path):
     bare = config.load()  # no data named: the embedded digits
     assert (bare.data.name, bare.data.path) == ("auto", None)
     assert (bare.data.image_size, bare.data.augment.hflip, bare.data.eval_crop) == (16, 0.0, 1.0)
-    assert bare.training.epochs == 12 and bare.optimizer.lr == 0.05
+    assert bare.training.epochs == 12 and bare.optimizer.lr == 0.4  # 0.05 per worker of 32
+    assert bare.data.augment.preset == "imagenet" and bare.schedule.warmup_epochs == 1.0
     named = config.load(overrides=["data.name=digits"])
     named.data.name = "auto"
     assert named == bare

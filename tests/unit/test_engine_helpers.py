@@ -90,7 +90,8 @@ def test_epoch_bytes_per_step_from_the_backends_counter():
 RECORD_KEYS = {"epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "lr",
                "images_per_sec", "train_images", "val_images", "train_seconds", "epoch_seconds",
                "world_size", "steps", "data_wait_seconds", "data_wait_share", "step_seconds",
-               "allreduce_wait_seconds", "allreduce_share", "allreduce_bytes_per_step"}
+               "allreduce_wait_seconds", "allreduce_share", "allreduce_bytes_per_step",
+               "ema_val_loss", "ema_val_accuracy"}
 
 
 def test_epoch_record_is_the_metrics_line():
@@ -154,7 +155,7 @@ class Samples(Sink):
 def test_step_loop_groups_times_tallies_and_calls_the_hook():
     config = cfg.load(overrides=["training.batch_size=2", "horovod.backward_passes_per_step=2"])
     ctx = Context("torch", 0, 1, 0, 1, "gloo", "cpu", 1)
-    data = SimpleNamespace(train=[0] * 8, val=[], name="fake")
+    data = SimpleNamespace(train=[0] * 8, val=[], name="fake", augment={}, num_classes=2)
     sink = Samples()
     backend = CountingBackend()
     trainer = Trainer(config, backend, ctx, data, RunOutputs("unused", enabled=False),

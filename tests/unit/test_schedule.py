@@ -8,27 +8,45 @@ from hvdcls.training import schedule
 
 
 def make(name="cosine", *, lr=0.1, scale_lr="linear", world_size=1, backward_passes=1,
-         steps_per_epoch=10, epochs=10, **sched) -> schedule.LRSchedule:
+         steps_per_epoch=10, epochs=10, batch_size=32, **sched) -> schedule.LRSchedule:
+    sched.setdefault("warmup_epochs", 0.0)
     return schedule.build(OptimizerConfig(lr=lr, scale_lr=scale_lr), ScheduleConfig(name=name, **sched),
                           world_size=world_size, backward_passes=backward_passes,
-                          steps_per_epoch=steps_per_epoch, epochs=epochs)
+                          steps_per_epoch=steps_per_epoch, epochs=epochs, batch_size=batch_size)
 
 
 # --- peak rate ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("world, passes, expected", [(1, 1, 0.1), (4, 1, 0.4), (4, 2, 0.8), (3, 5, 1.5)])
 def test_linear_scaling(world, passes, expected):
-    assert schedule.peak_lr(OptimizerConfig(lr=0.1), world, passes) == pytest.approx(expected, rel=1e-12)
+    linear = OptimizerConfig(lr=0.1, scale_lr="linear")
+    assert schedule.peak_lr(linear, world, passes, 32) == pytest.approx(expected, rel=1e-12)
     assert make(world_size=world, backward_passes=passes).peak == pytest.approx(expected, rel=1e-12)
 
 
-def test_peak_lr_default_backward_passes_is_one():
-    assert schedule.peak_lr(OptimizerConfig(lr=0.25), 8) == 2.0
+@pytest.mark.parametrize("batch, world, passes, expected",
+                         [(32, 1, 1, 0.0125), (32, 8, 1, 0.1), (64, 2, 2, 0.1), (256, 4, 1, 0.4)])
+def test_default_scaling_is_per_256_images_of_the_global_batch(batch, world, passes, expected):
+    assert OptimizerConfig().scale_lr == "per256"
+    peak = schedule.peak_lr(OptimizerConfig(lr=0.1), world, passes, batch)
+    assert peak == pytest.approx(expected, rel=1e-12)
+
+
+def test_digits_peak_is_unchanged_bit_for_bit():
+    """The demo's 0.05 per worker of 32 became 0.4 per 256: the same float at np=1 and 2."""
+    for world in (1, 2, 4):
+        assert schedule.peak_lr(OptimizerConfig(lr=0.4), world, 1, 32) == 0.05 * world
+
+
+@pytest.mark.parametrize("epochs, expected", [(1, 0.1), (5, 0.5), (10, 1.0), (90, 1.0)])
+def test_warmup_defaults_to_one_epoch_or_a_tenth_of_a_short_run(epochs, expected):
+    assert schedule.warmup_epochs(ScheduleConfig(), epochs) == expected
+    assert schedule.warmup_epochs(ScheduleConfig(warmup_epochs=0.0), epochs) == 0.0
 
 
 @pytest.mark.parametrize("world, passes", [(1, 1), (8, 1), (8, 4)])
 def test_no_scaling(world, passes):
-    assert schedule.peak_lr(OptimizerConfig(lr=0.1, scale_lr="none"), world, passes) == 0.1
+    assert schedule.peak_lr(OptimizerConfig(lr=0.1, scale_lr="none"), world, passes, 32) == 0.1
     assert make("constant", scale_lr="none", world_size=world, backward_passes=passes)(37) == 0.1
 
 
@@ -130,3 +148,11 @@ def test_constant():
     lr = make("constant", world_size=3, steps_per_epoch=6, epochs=5)
     assert {lr(s) for s in range(30)} == {lr.peak}
     assert lr.peak == pytest.approx(0.3, rel=1e-12)
+
+
+def test_backends_build_their_optimizer_at_one_workers_rate():
+    """torch's Horovod broadcast_optimizer_state steps once at it: it must stay what it was."""
+    from hvdcls import config
+    assert config.worker_lr(config.load().optimizer, 32) == 0.05  # the digits, bit for bit
+    assert config.worker_lr(OptimizerConfig(lr=0.1), 32) == 0.0125
+    assert config.worker_lr(OptimizerConfig(lr=0.1, scale_lr="linear"), 32) == 0.1

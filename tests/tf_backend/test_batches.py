@@ -1,0 +1,40 @@
+"""The TensorFlow loader and loss on augmented, mixed batches: the cases of tests/cases/batches.py."""
+from types import SimpleNamespace
+
+import pytest
+import tensorflow as tf
+
+from tests.cases.batches import *  # noqa: F401,F403 (the shared cases, collected here)
+from tf_backend import data
+from tf_backend.backend import TensorFlowBackend
+
+
+class TensorFlowFramework:
+    name, cpu = "tensorflow", "cpu"
+
+    @staticmethod
+    def batch(images, labels):
+        return tf.constant(images), tf.constant(labels)
+
+    @staticmethod
+    def ema_names(backend):
+        return [v.path for v in backend.ema_sources()]
+
+    @staticmethod
+    def loader(batches, workers):
+        for images, labels in data.loader(batches, workers):
+            yield images.numpy(), labels.numpy()
+
+    @staticmethod
+    def loss_and_correct(targets, logits, smoothing):
+        """TensorFlowBackend.loss and .sums themselves, on a stand-in for the built backend."""
+        built = SimpleNamespace(smoothing=smoothing, num_classes=targets.shape[1])
+        logits, targets = tf.constant(logits), tf.constant(targets)
+        loss = TensorFlowBackend.loss(built, targets, logits)
+        sums = TensorFlowBackend.sums(loss, logits, targets)
+        return float(loss), int(sums.correct)
+
+
+@pytest.fixture(scope="module")
+def framework():
+    return TensorFlowFramework()

@@ -1,0 +1,36 @@
+"""The torch loader and loss on augmented, mixed batches: the cases of tests/cases/batches.py."""
+import pytest
+import torch
+
+from tests.cases.batches import *  # noqa: F401,F403 (the shared cases, collected here)
+from torch_backend import data
+from torch_backend.backend import dominant
+
+
+class TorchFramework:
+    name, cpu = "torch", torch.device("cpu")
+
+    @staticmethod
+    def batch(images, labels):
+        return torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(labels)
+
+    @staticmethod
+    def ema_names(backend):
+        return list(backend.ema_sources())
+
+    @staticmethod
+    def loader(batches, workers):
+        for images, labels in data.loader(batches, workers):
+            yield images.permute(0, 2, 3, 1).numpy(), labels.numpy()
+
+    @staticmethod
+    def loss_and_correct(targets, logits, smoothing):
+        """As TorchBackend.train_step computes them (its criterion, its dominant label)."""
+        logits, targets = torch.from_numpy(logits), torch.from_numpy(targets)
+        loss = torch.nn.CrossEntropyLoss(label_smoothing=smoothing)(logits, targets)
+        return float(loss), int((logits.argmax(1) == dominant(targets)).sum())
+
+
+@pytest.fixture(scope="module")
+def framework():
+    return TorchFramework()
