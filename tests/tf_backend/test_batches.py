@@ -6,7 +6,13 @@ import tensorflow as tf
 
 from tests.cases.batches import *  # noqa: F401,F403 (the shared cases, collected here)
 from tf_backend import data
-from tf_backend.backend import TensorFlowBackend
+
+
+def backend_class():
+    """Imported when a test runs, not at collection: horovod.tensorflow loaded before torch's
+    modules are collected (tests/torch_backend) makes importing torch._dynamo segfault."""
+    from tf_backend.backend import TensorFlowBackend
+    return TensorFlowBackend
 
 
 class TensorFlowFramework:
@@ -30,8 +36,9 @@ class TensorFlowFramework:
         """TensorFlowBackend.loss and .sums themselves, on a stand-in for the built backend."""
         built = SimpleNamespace(smoothing=smoothing, num_classes=targets.shape[1])
         logits, targets = tf.constant(logits), tf.constant(targets)
-        loss = TensorFlowBackend.loss(built, targets, logits)
-        sums = TensorFlowBackend.sums(loss, logits, targets)
+        backend = backend_class()
+        loss = backend.loss(built, targets, logits)
+        sums = backend.sums(loss, logits, targets)
         return float(loss), int(sums.correct)
 
 
