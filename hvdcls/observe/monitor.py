@@ -71,6 +71,10 @@ class EpochRecord:
     allreduce_wait_seconds: Optional[float]  # None: the backend cannot separate it
     allreduce_share: Optional[float]
     allreduce_bytes_per_step: Optional[float]  # None: the backend does not count
+    # training.balance: per-rank batches in force at the epoch's end, and the smoothed speeds
+    # (images/s) that chose them; None with balance=off (and speeds with balance=fixed)
+    balance_batches: Optional[list] = None
+    balance_speeds: Optional[list] = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -97,6 +101,9 @@ class Sink:
 
     def note(self, message: str) -> None:
         pass
+
+    def balance(self, batches: list[int], speeds: list[float]) -> None:
+        """A new balancing plan: per-rank batches, and the speeds behind them (may be empty)."""
 
     def finish(self) -> None:
         """The run ended normally (not called when it failed)."""
@@ -127,6 +134,10 @@ class Monitor:
     def note(self, message: str) -> None:
         for sink in self.sinks:
             sink.note(message)
+
+    def balance(self, batches: list[int], speeds: list[float]) -> None:
+        for sink in self.sinks:
+            sink.balance(batches, speeds)
 
     def finish(self) -> None:
         for sink in self.sinks:

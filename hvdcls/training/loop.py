@@ -19,11 +19,11 @@ import numpy as np
 from hvdcls.backend import Backend, Context, Sums, add
 from hvdcls.config import Config
 from hvdcls.data.batches import EpochBatches, LoaderWait
-from hvdcls.data.sharding import TrainShards, eval_batches
+from hvdcls.data.sharding import BalancedShards, TrainShards, eval_batches
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
 from hvdcls.observe.monitor import EpochRecord, LossReads, Monitor, RunInfo, StepSample
-from hvdcls.training import checkpoint, faults, schedule
+from hvdcls.training import balance, checkpoint, faults, schedule
 from hvdcls.training.outputs import RunOutputs
 from hvdcls.training.profiling import StepProfiler
 
@@ -97,6 +97,11 @@ class Tally:
     def add(self, sums: Sums, lr: float) -> None:
         self.total, self.steps, self.lr = add(self.total, sums), self.steps + 1, lr
 
+    def merge(self, later: "Tally") -> None:
+        """Fold in a tally of the steps that followed (balancing: one per plan in force)."""
+        if later.steps:
+            self.total, self.steps, self.lr = add(self.total, later.total), self.steps + later.steps, later.lr
+
     def seconds(self) -> float:
         return time.perf_counter() - self.started
 
@@ -127,7 +132,7 @@ class StallPoint(StepHook):
 
 def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seconds: float,
                  epoch_seconds: float, times: EpochTimes, world_size: int,
-                 steps: int) -> EpochRecord:
+                 steps: int, plan: Optional[balance.Plan] = None) -> EpochRecord:
     """One epoch's line of metrics.jsonl from its reduced metrics and rank 0's timings."""
     allreduce_share = None if times.allreduce is None else times.allreduce / train_seconds
     return EpochRecord(
@@ -137,7 +142,9 @@ def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seco
         epoch_seconds=epoch_seconds, world_size=world_size, steps=steps,
         data_wait_seconds=times.data_wait, data_wait_share=times.data_wait / train_seconds,
         step_seconds=times.step, allreduce_wait_seconds=times.allreduce,
-        allreduce_share=allreduce_share, allreduce_bytes_per_step=times.bytes_per_step)
+        allreduce_share=allreduce_share, allreduce_bytes_per_step=times.bytes_per_step,
+        balance_batches=None if plan is None else list(plan.batches),
+        balance_speeds=None if plan is None or plan.speeds is None else [round(v, 3) for v in plan.speeds])
 
 
 def sent_bytes(backend: Backend) -> Optional[tuple]:
@@ -157,8 +164,13 @@ class Trainer:
         self.config, self.backend, self.ctx, self.data, self.outputs = config, backend, ctx, data, outputs
         self.monitor = monitor or Monitor([])
         self.passes = config.horovod.backward_passes_per_step
-        self.shards = TrainShards(len(data.train), ctx.size, ctx.rank, config.training.batch_size,
-                                  self.passes, config.training.seed)
+        balancing = balance.settings(config, ctx.size, ctx.device.startswith("cuda"))
+        shards = TrainShards if balancing.mode == "off" else BalancedShards
+        self.shards = shards(len(data.train), ctx.size, ctx.rank, config.training.batch_size,
+                             self.passes, config.training.seed)
+        # training.balance: the plan in force, and this rank's compute since the last exchange
+        self.balancer = None if balancing.mode == "off" else balance.Balancer(balancing, ctx.size)
+        self.meter = balance.SpeedMeter(balancing.every)
         self.lr_at = schedule.build(config.optimizer, config.schedule, world_size=ctx.size,
                                     backward_passes=self.passes,
                                     steps_per_epoch=self.shards.steps_per_epoch,
@@ -175,6 +187,10 @@ class Trainer:
         self.monitor.start(RunInfo(self.ctx.backend, self.config.model.name, self.data.name,
                                    self.ctx.size, self.config.training.epochs,
                                    self.shards.steps_per_epoch, start_epoch))
+        if self.balancer is not None:  # resume too: a new run plans afresh
+            plan = self.balancer.plan
+            self.monitor.note(balance.describe(plan, self.ctx.size))
+            self.monitor.balance(list(plan.batches), list(plan.speeds or []))
 
     def run(self, start_epoch: int, history: list[EpochRecord]) -> list[EpochRecord]:
         """Epochs start_epoch+1 .. epochs; returns the records of every epoch of the run."""
@@ -191,15 +207,54 @@ class Trainer:
     def train_epoch(self, epoch: int) -> tuple[Reduced, float, float, EpochTimes]:
         """One pass over this rank's shard; returns (reduced metrics, seconds, last lr, times)."""
         self.backend.seed(epoch_seed(self.config.training.seed, epoch, self.ctx.rank))
-        batches = self.epoch_batches(epoch, self.shards.batches(epoch))
         steps = self.shards.steps_per_epoch
         times = EpochTimes(sent_before=sent_bytes(self.backend))
-        tally = self.run_steps(epoch, batches, 0, lambda i: self.lr_at(epoch * steps + i), times,
-                               StallPoint(self.ctx.rank, epoch == self.first_epoch))
+        lr_at = lambda i: self.lr_at(epoch * steps + i)  # noqa: E731
+        hook = StallPoint(self.ctx.rank, epoch == self.first_epoch)
+        if self.balancer is None:
+            batches = self.epoch_batches(epoch, self.shards.batches(epoch))
+            tally = self.run_steps(epoch, batches, 0, lr_at, times, hook)
+        else:
+            tally = self.run_balanced(epoch, lr_at, times, hook)
         seconds = tally.seconds()
         times.close(sent_bytes(self.backend))
         reduced = self.backend.allreduce_sum(as_floats(tally.total), f"train_metrics.{epoch}")
         return Reduced.from_sums(reduced), seconds, tally.lr, times
+
+    def run_balanced(self, epoch: int, lr_at: Callable[[int], float], times: EpochTimes,
+                     hook: StepHook) -> Tally:
+        """The epoch's steps under the balancer's plans: one loader per plan in force, as a
+        new plan changes what every later step reads (at a step boundary, on every rank)."""
+        tally, step = Tally(), 0
+        while step < self.shards.steps_per_epoch:
+            indices = self.shards.balanced_batches(epoch, self.balancer.plan.batches, step)
+            segment = self.run_steps(epoch, self.epoch_batches(epoch, indices), step,
+                                     lambda i, first=step: lr_at(first + i), times, hook)
+            tally.merge(segment)
+            step += segment.steps
+        return tally
+
+    def rebalanced(self, epoch: int, sample: StepSample) -> bool:
+        """Dynamic balancing, after each step: count this rank's compute; when an exchange is
+        due, gather every rank's and maybe adopt a new plan. True: the plan changed, the
+        loader's batches are stale (the same answer on every rank)."""
+        if self.balancer is None or not self.balancer.dynamic:
+            return False
+        images = self.balancer.plan.batches[self.ctx.rank] * self.passes
+        if not self.meter.add(images, sample.seconds, sample.allreduce):
+            return False
+        measured = self.backend.allgather_object(self.meter.take(), "balance.speeds")
+        steps = self.shards.steps_per_epoch
+        new = self.balancer.observe(measured, epoch * steps + sample.step + 1)
+        if new is None:
+            return False
+        self.meter.reset(skip_first=True)
+        self.monitor.note(balance.describe(new, self.ctx.size))
+        self.monitor.balance(list(new.batches), list(new.speeds or []))
+        return True
+
+    def grad_weight(self) -> float:
+        return 1.0 if self.balancer is None else self.balancer.plan.weight(self.ctx.rank)
 
     def epoch_batches(self, epoch: int, indices: list) -> EpochBatches:
         """This rank's training micro-batches `indices` of `epoch`, read and augmented."""
@@ -224,6 +279,8 @@ class Trainer:
             times.add(timed.sample)
             self.monitor.step(timed.sample)
             hook.after_step(tally)
+            if self.rebalanced(epoch, timed.sample):
+                break
         return tally
 
     def timed_step(self, epoch: int, step: int, micro: list, lr: float, data_wait: float,
@@ -231,7 +288,7 @@ class Trainer:
         if self.profiler:
             self.profiler.before_step(epoch, step)
         started = time.perf_counter()
-        sums = self.backend.train_step(micro, lr)
+        sums = self.backend.train_step(micro, lr, self.grad_weight())
         seconds = time.perf_counter() - started
         if self.profiler:
             self.profiler.after_step(epoch, step)
@@ -251,7 +308,7 @@ class Trainer:
         val = self.evaluate()
         seconds = train_seconds if started is None else time.perf_counter() - started
         record = epoch_record(epoch, train, val, lr, train_seconds, seconds, times,
-                              self.ctx.size, steps)
+                              self.ctx.size, steps, self.balancer and self.balancer.plan)
         self.outputs.add_epoch(record)
         self.monitor.epoch(record, self.outputs.history)
         epochs = self.config.training.epochs

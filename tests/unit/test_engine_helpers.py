@@ -89,7 +89,8 @@ def test_epoch_bytes_per_step_from_the_backends_counter():
 RECORD_KEYS = {"epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "lr",
                "images_per_sec", "train_images", "val_images", "train_seconds", "epoch_seconds",
                "world_size", "steps", "data_wait_seconds", "data_wait_share", "step_seconds",
-               "allreduce_wait_seconds", "allreduce_share", "allreduce_bytes_per_step"}
+               "allreduce_wait_seconds", "allreduce_share", "allreduce_bytes_per_step",
+               "balance_batches", "balance_speeds"}
 
 
 def test_epoch_record_is_the_metrics_line():
@@ -114,7 +115,7 @@ class CountingBackend:
     def loader(self, batches, workers):
         return iter(batches)
 
-    def train_step(self, micro, lr):
+    def train_step(self, micro, lr, weight=1.0):
         return Sums(1.0, 1.0, float(len(micro)))
 
     def allreduce_wait_seconds(self):

@@ -1,0 +1,223 @@
+"""Per-rank batch sizes by speed (`training.balance`): the planner, and the speed it plans from.
+
+Synchronous data parallelism waits for its slowest rank. With `balance=dynamic` each rank's
+batch b_i is sized in proportion to its measured speed (images per second of compute), so
+every rank's step takes about as long; with `balance=fixed` the shares come from the config.
+The global batch B = sum(b_i) stays training.batch_size x ranks whatever the plan, so the
+optimisation (learning rate, its scaling and warmup) does not move; the backends weight each
+rank's gradient by b_i / B so the update is the mean gradient over the global batch.
+
+Everything here is plain Python on numbers every rank holds alike (the config, and speeds
+allgathered from every rank), so every rank computes the same plan without another message.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from hvdcls.config import Config
+from hvdcls.errors import UserError
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What a plan must respect: its sum, each batch's range, and the quantum it rounds to."""
+
+    total: int  # B, per backward pass, all ranks together
+    min_batch: int = 1
+    max_batch: Optional[int] = None  # None: up to `total`
+    quantum: int = 1
+
+    @property
+    def high(self) -> int:
+        return self.total if self.max_batch is None else min(self.max_batch, self.total)
+
+    def problem(self, ranks: int) -> Optional[str]:
+        """Why no plan for `ranks` ranks fits, or None when one does."""
+        if ranks * self.min_batch > self.total:
+            return (f"{ranks} ranks x training.balancing.min_batch={self.min_batch} exceeds the "
+                    f"global batch {self.total}")
+        if ranks * self.high < self.total:
+            return (f"{ranks} ranks x training.balancing.max_batch={self.max_batch} cannot hold "
+                    f"the global batch {self.total}")
+        return None
+
+
+def ideal_shares(total: int, weights: Sequence[float], low: int, high: int) -> list[float]:
+    """total split in proportion to `weights`, each share within [low, high] (water-filling:
+    clipped ranks are fixed at their bound and the rest is shared out again)."""
+    shares: list[Optional[float]] = [None] * len(weights)
+    while True:
+        free = [i for i, s in enumerate(shares) if s is None]
+        left = total - sum(s for s in shares if s is not None)
+        weight = sum(weights[i] for i in free)
+        proposal = {i: left * weights[i] / weight for i in free}
+        clipped = {i: min(max(x, low), high) for i, x in proposal.items() if not low <= x <= high}
+        if not clipped:
+            for i, x in proposal.items():
+                shares[i] = x
+            return [float(s) for s in shares]
+        for i, x in clipped.items():
+            shares[i] = x
+
+
+def rounded(ideal: Sequence[float], bounds: Bounds) -> list[int]:
+    """Integer batches near `ideal`, multiples of the quantum where the sum and the bounds allow
+    (the remainder moves in the largest steps that fit), within bounds, summing to the total."""
+    q, low, high = bounds.quantum, bounds.min_batch, bounds.high
+    batches = [min(max(q * int(x // q), low), high) for x in ideal]
+    while (missing := bounds.total - sum(batches)) != 0:
+        if missing > 0:  # give to the rank furthest below its ideal that has room
+            room = [i for i in range(len(batches)) if batches[i] < high]
+            i = max(room, key=lambda k: (ideal[k] - batches[k], -k))
+            batches[i] += min(q, missing, high - batches[i])
+        else:  # take from the rank furthest above its ideal that can give
+            room = [i for i in range(len(batches)) if batches[i] > low]
+            i = max(room, key=lambda k: (batches[k] - ideal[k], -k))
+            batches[i] -= min(q, -missing, batches[i] - low)
+    return batches
+
+
+def plan(weights: Sequence[float], bounds: Bounds) -> list[int]:
+    """Per-rank batches proportional to `weights` (speeds or configured shares)."""
+    return rounded(ideal_shares(bounds.total, weights, bounds.min_batch, bounds.high), bounds)
+
+
+def step_time(batches: Sequence[int], speeds: Sequence[float]) -> float:
+    """Predicted compute time of a step: the slowest rank's (the others wait for it)."""
+    return max(b / s for b, s in zip(batches, speeds))
+
+
+def gain(current: Sequence[int], proposed: Sequence[int], speeds: Sequence[float]) -> float:
+    """Predicted fraction of the step time `proposed` saves over `current`."""
+    before = step_time(current, speeds)
+    return 1.0 - step_time(proposed, speeds) / before if before > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    mode: str  # off | dynamic | fixed
+    bounds: Bounds
+    shares: tuple = ()
+    threshold: float = 0.05
+    smoothing: float = 0.5
+    every: int = 5
+
+
+def settings(config: Config, ranks: int, on_gpu: bool) -> Settings:
+    """The balancing settings for `ranks` ranks; a UserError (one line, on every rank alike)
+    when they cannot hold the global batch or the shares do not fit the world."""
+    training, bal = config.training, config.training.balancing
+    quantum = bal.quantum or (8 if on_gpu else 1)
+    bounds = Bounds(training.batch_size * ranks, bal.min_batch, bal.max_batch, quantum)
+    if training.balance != "off":
+        problem = bounds.problem(ranks)
+        if problem:
+            raise UserError(f"config training.balance={training.balance}: {problem}")
+    if training.balance == "fixed" and len(bal.shares) != ranks:
+        raise UserError(f"config training.balancing.shares={list(bal.shares)}: {len(bal.shares)} "
+                        f"shares for {ranks} ranks (one per rank)")
+    return Settings(training.balance, bounds, tuple(bal.shares), bal.threshold, bal.smoothing,
+                    bal.every)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Per-rank batches in force from global step `step` on, and the speeds that chose them."""
+
+    batches: tuple
+    step: int = 0
+    speeds: Optional[tuple] = None  # images/s per rank (smoothed); None: not measured
+
+    def weight(self, rank: int) -> float:
+        """Rank's gradient weight for an averaging all-reduce: ranks x b_i / B, so that the
+        average of weighted local mean gradients is the mean over the global batch."""
+        return len(self.batches) * self.batches[rank] / sum(self.batches)
+
+    def as_dict(self) -> dict:
+        speeds = None if self.speeds is None else [round(s, 3) for s in self.speeds]
+        return {"step": self.step, "batches": list(self.batches), "speeds": speeds}
+
+
+def initial_plan(config: Settings, ranks: int) -> Plan:
+    if config.mode == "fixed":
+        return Plan(tuple(plan(config.shares, config.bounds)))
+    return Plan(tuple(plan([1.0] * ranks, config.bounds)))
+
+
+@dataclass
+class Balancer:
+    """The plan in force and the smoothed speeds; `observe` may replace the plan. Every rank
+    holds one and feeds it the same gathered numbers, so all hold the same plan."""
+
+    config: Settings
+    ranks: int
+    plan: Plan = None  # type: ignore[assignment]
+    speeds: Optional[list] = None  # exponential moving average, images/s per rank
+    history: list = field(default_factory=list)  # every plan in force so far
+
+    def __post_init__(self):
+        if self.plan is None:
+            self.plan = initial_plan(self.config, self.ranks)
+        self.history.append(self.plan)
+
+    @property
+    def dynamic(self) -> bool:
+        return self.config.mode == "dynamic"
+
+    def observe(self, measured: Sequence[tuple], next_step: int) -> Optional[Plan]:
+        """Fold every rank's (images, compute seconds) since the last call into the speeds;
+        returns the new plan (from `next_step` on) when it predicts more than the threshold's
+        gain, else None."""
+        if any(images <= 0 or seconds <= 0 for images, seconds in measured):
+            return None  # a rank measured nothing: keep what we have
+        now = [images / seconds for images, seconds in measured]
+        a = self.config.smoothing
+        self.speeds = now if self.speeds is None else [a * n + (1 - a) * s for n, s in zip(now, self.speeds)]
+        proposed = tuple(plan(self.speeds, self.config.bounds))
+        if proposed == self.plan.batches or gain(self.plan.batches, proposed, self.speeds) <= self.config.threshold:
+            return None
+        self.plan = Plan(proposed, next_step, tuple(self.speeds))
+        self.history.append(self.plan)
+        return self.plan
+
+    def summary(self) -> dict:
+        """summary.json's `balance` section."""
+        speeds = None if self.speeds is None else [round(s, 3) for s in self.speeds]
+        return {"mode": self.config.mode, "batches": list(self.plan.batches), "speeds": speeds,
+                "plans": [p.as_dict() for p in self.history]}
+
+
+class SpeedMeter:
+    """This rank's compute since the last exchange: images, and seconds of its steps less the
+    all-reduce wait (the data wait is outside the step already). The first step after a plan
+    change is left out: new shapes cost a retrace (TensorFlow) or autotuning (cuDNN)."""
+
+    def __init__(self, every: int):
+        self.every = every
+        self.reset(skip_first=True)
+
+    def reset(self, skip_first: bool) -> None:
+        self.images, self.seconds, self.steps, self.skip = 0, 0.0, 0, skip_first
+
+    def add(self, images: int, step_seconds: float, allreduce: Optional[float]) -> bool:
+        """Count one step; True when an exchange is due (the same step on every rank)."""
+        if self.skip:
+            self.skip = False
+            return False
+        self.images += images
+        self.seconds += max(step_seconds - (allreduce or 0.0), 0.0)
+        self.steps += 1
+        return self.steps >= self.every
+
+    def take(self) -> tuple:
+        taken = (self.images, self.seconds)
+        self.reset(skip_first=False)
+        return taken
+
+
+def describe(new: Plan, rank_count: int) -> str:
+    """The line logged when a plan changes."""
+    speeds = "" if new.speeds is None else " at " + ", ".join(f"{s:.1f}" for s in new.speeds) + " img/s"
+    batches = ", ".join(str(b) for b in new.batches)
+    return f"balance: per-rank batches {batches} from step {new.step}{speeds} ({rank_count} ranks)"
