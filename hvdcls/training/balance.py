@@ -43,15 +43,23 @@ class Bounds:
         return None
 
 
-def ideal_shares(total: int, weights: Sequence[float], low: int, high: int) -> list[float]:
-    """total split in proportion to `weights`, each share within [low, high] (water-filling:
-    clipped ranks are fixed at their bound and the rest is shared out again)."""
-    shares: list[Optional[float]] = [None] * len(weights)
+Line = tuple  # (fixed seconds, seconds per sample): a rank's step time t(b) = fixed + b x per_sample
+
+
+def equal_time_shares(total: int, lines: Sequence[Line], low: int, high: int) -> list[float]:
+    """Batches (real numbers) summing to `total` under which every rank's predicted time is the
+    same, T = fixed_i + b_i x per_sample_i, each within [low, high]: a rank that would fall
+    outside is held at its bound and T solved again for the rest. With no fixed times the
+    batches are proportional to speed (1 / per_sample)."""
+    shares: list[Optional[float]] = [None] * len(lines)
     while True:
         free = [i for i, s in enumerate(shares) if s is None]
+        if not free:
+            return [float(s) for s in shares]
         left = total - sum(s for s in shares if s is not None)
-        weight = sum(weights[i] for i in free)
-        proposal = {i: left * weights[i] / weight for i in free}
+        rate = sum(1.0 / lines[i][1] for i in free)
+        target = (left + sum(lines[i][0] / lines[i][1] for i in free)) / rate
+        proposal = {i: (target - lines[i][0]) / lines[i][1] for i in free}
         clipped = {i: min(max(x, low), high) for i, x in proposal.items() if not low <= x <= high}
         if not clipped:
             for i, x in proposal.items():
@@ -80,18 +88,56 @@ def rounded(ideal: Sequence[float], bounds: Bounds) -> list[int]:
 
 def plan(weights: Sequence[float], bounds: Bounds) -> list[int]:
     """Per-rank batches proportional to `weights` (speeds or configured shares)."""
-    return rounded(ideal_shares(bounds.total, weights, bounds.min_batch, bounds.high), bounds)
+    return plan_for([(0.0, 1.0 / w) for w in weights], bounds)
 
 
-def step_time(batches: Sequence[int], speeds: Sequence[float]) -> float:
+def plan_for(lines: Sequence[Line], bounds: Bounds) -> list[int]:
+    """Per-rank batches that equalise the ranks' predicted step times."""
+    return rounded(equal_time_shares(bounds.total, lines, bounds.min_batch, bounds.high), bounds)
+
+
+def step_time(batches: Sequence[int], lines: Sequence[Line]) -> float:
     """Predicted compute time of a step: the slowest rank's (the others wait for it)."""
-    return max(b / s for b, s in zip(batches, speeds))
+    return max(fixed + b * per_sample for b, (fixed, per_sample) in zip(batches, lines))
 
 
-def gain(current: Sequence[int], proposed: Sequence[int], speeds: Sequence[float]) -> float:
+def gain(current: Sequence[int], proposed: Sequence[int], lines: Sequence[Line]) -> float:
     """Predicted fraction of the step time `proposed` saves over `current`."""
-    before = step_time(current, speeds)
-    return 1.0 - step_time(proposed, speeds) / before if before > 0 else 0.0
+    before = step_time(current, lines)
+    return 1.0 - step_time(proposed, lines) / before if before > 0 else 0.0
+
+
+@dataclass
+class RankCost:
+    """One rank's seconds per backward pass against its batch: smoothed times at the last few
+    batch sizes it ran, and the line through them. Speed alone (images/s at one batch) ends
+    at equal step times too, but where a rank has a fixed cost per step (launches, Python) it
+    looks slower the smaller its batch, and the plan creeps there one re-plan (one loader
+    restart, one retrace) at a time; two batch sizes separate the fixed cost."""
+
+    smoothing: float
+    points: dict = field(default_factory=dict)  # batch -> smoothed seconds per pass
+    KEEP = 3  # batch sizes remembered: the most recent
+
+    def add(self, batch: int, seconds: float) -> None:
+        old = self.points.pop(batch, None)  # re-inserted: the dict's order is recency
+        a = self.smoothing
+        self.points[batch] = seconds if old is None else a * seconds + (1 - a) * old
+        while len(self.points) > self.KEEP:
+            self.points.pop(next(iter(self.points)))
+
+    def line(self, batch: int) -> Line:
+        """(fixed, per_sample); proportional through the time at `batch` until two sizes fit
+        a line with a positive slope and a fixed part >= 0."""
+        proportional = (0.0, self.points[batch] / batch)
+        if len(self.points) < 2:
+            return proportional
+        bs, ts = list(self.points), list(self.points.values())
+        mean_b, mean_t = sum(bs) / len(bs), sum(ts) / len(ts)
+        spread = sum((b - mean_b) ** 2 for b in bs)
+        slope = sum((b - mean_b) * (t - mean_t) for b, t in zip(bs, ts)) / spread
+        fixed = mean_t - slope * mean_b
+        return (fixed, slope) if slope > 0 and fixed >= 0 else proportional
 
 
 @dataclass(frozen=True)
@@ -147,35 +193,38 @@ def initial_plan(config: Settings, ranks: int) -> Plan:
 
 @dataclass
 class Balancer:
-    """The plan in force and the smoothed speeds; `observe` may replace the plan. Every rank
-    holds one and feeds it the same gathered numbers, so all hold the same plan."""
+    """The plan in force and each rank's measured cost; `observe` may replace the plan. Every
+    rank holds one and feeds it the same gathered numbers, so all hold the same plan."""
 
     config: Settings
     ranks: int
     plan: Plan = None  # type: ignore[assignment]
-    speeds: Optional[list] = None  # exponential moving average, images/s per rank
+    speeds: Optional[list] = None  # images/s per rank at the plan in force (smoothed)
     history: list = field(default_factory=list)  # every plan in force so far
 
     def __post_init__(self):
         if self.plan is None:
             self.plan = initial_plan(self.config, self.ranks)
         self.history.append(self.plan)
+        self.costs = [RankCost(self.config.smoothing) for _ in range(self.ranks)]
 
     @property
     def dynamic(self) -> bool:
         return self.config.mode == "dynamic"
 
     def observe(self, measured: Sequence[tuple], next_step: int) -> Optional[Plan]:
-        """Fold every rank's (images, compute seconds) since the last call into the speeds;
+        """Fold every rank's (images, compute seconds) since the last call into its cost;
         returns the new plan (from `next_step` on) when it predicts more than the threshold's
         gain, else None."""
         if any(images <= 0 or seconds <= 0 for images, seconds in measured):
             return None  # a rank measured nothing: keep what we have
-        now = [images / seconds for images, seconds in measured]
-        a = self.config.smoothing
-        self.speeds = now if self.speeds is None else [a * n + (1 - a) * s for n, s in zip(now, self.speeds)]
-        proposed = tuple(plan(self.speeds, self.config.bounds))
-        if proposed == self.plan.batches or gain(self.plan.batches, proposed, self.speeds) <= self.config.threshold:
+        batches = self.plan.batches
+        for cost, batch, (images, seconds) in zip(self.costs, batches, measured):
+            cost.add(batch, seconds * batch / images)  # seconds per pass at this batch
+        lines = [cost.line(batch) for cost, batch in zip(self.costs, batches)]
+        self.speeds = [batch / cost.points[batch] for cost, batch in zip(self.costs, batches)]
+        proposed = tuple(plan_for(lines, self.config.bounds))
+        if proposed == batches or gain(batches, proposed, lines) <= self.config.threshold:
             return None
         self.plan = Plan(proposed, next_step, tuple(self.speeds))
         self.history.append(self.plan)

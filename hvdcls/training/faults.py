@@ -5,6 +5,9 @@ Each hook is inert unless its environment variable is set; nobody sets them outs
 
     HVDCLS_TEST_STALL=RANK:STEP         rank RANK stops submitting tensors: before training step
                                         STEP of its first epoch it sleeps instead (until killed)
+    HVDCLS_TEST_SLOW=RANK:FACTOR        rank RANK computes FACTOR times slower: after each training
+                                        step it sleeps (FACTOR - 1) x the step's compute time
+                                        (a slow rank for training.balance, without root)
     HVDCLS_TEST_HOLD_CHECKPOINT=EPOCH   the writer of checkpoint EPOCH stops inside the write,
                                         once the backend's files are in the temporary directory
                                         and before the rename; it creates HELD_MARKER there and
@@ -21,6 +24,7 @@ import time
 from pathlib import Path
 
 STALL = "HVDCLS_TEST_STALL"
+SLOW = "HVDCLS_TEST_SLOW"
 HOLD_CHECKPOINT = "HVDCLS_TEST_HOLD_CHECKPOINT"
 HELD_MARKER = "test-hook-held"
 HOLD_SECONDS = 300
@@ -42,6 +46,16 @@ def stall_point(rank: int, step: int, first_epoch: bool) -> None:
     stall_rank, _, stall_step = wanted.partition(":")
     if rank == int(stall_rank) and step == int(stall_step or 0):
         _hold(f"rank {rank} stops submitting tensors before step {step}")
+
+
+def slow_point(rank: int, compute_seconds: float) -> None:
+    """Called after every training step; stretches rank RANK's compute when HVDCLS_TEST_SLOW is set."""
+    wanted = os.environ.get(SLOW)
+    if not wanted:
+        return
+    slow_rank, _, factor = wanted.partition(":")
+    if rank == int(slow_rank):
+        time.sleep(max(float(factor) - 1.0, 0.0) * compute_seconds)
 
 
 def checkpoint_point(epoch: int, tmp: Path) -> None:

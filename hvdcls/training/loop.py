@@ -289,6 +289,8 @@ class Trainer:
             self.profiler.before_step(epoch, step)
         started = time.perf_counter()
         sums = self.backend.train_step(micro, lr, self.grad_weight())
+        compute = time.perf_counter() - started - (self.backend.allreduce_wait_seconds() or 0.0)
+        faults.slow_point(self.ctx.rank, compute)  # inert outside tests
         seconds = time.perf_counter() - started
         if self.profiler:
             self.profiler.after_step(epoch, step)

@@ -70,12 +70,34 @@ def test_hysteresis_keeps_the_plan_until_the_gain_beats_the_threshold():
     assert balancer.summary()["plans"][1] == {"step": 10, "batches": [43, 21], "speeds": [320.0, 160.0]}
 
 
-def test_speeds_are_smoothed_and_an_empty_measurement_changes_nothing():
+def test_times_are_smoothed_and_an_empty_measurement_changes_nothing():
     balancer = Balancer(balance.Settings("dynamic", Bounds(64), threshold=0.0, smoothing=0.5), 2)
-    balancer.observe([(100, 1.0), (100, 1.0)], 1)
-    balancer.observe([(100, 1.0), (50, 1.0)], 2)
-    assert balancer.speeds == [100.0, 75.0]
-    assert balancer.observe([(100, 1.0), (0, 0.0)], 3) is None and balancer.speeds == [100.0, 75.0]
+    balancer.observe([(100, 1.0), (100, 1.0)], 1)  # 0.32 s per pass of 32 on both
+    balancer.observe([(100, 1.0), (50, 1.0)], 2)  # rank 1: 0.64 s, smoothed 0.48 s
+    assert balancer.speeds == pytest.approx([100.0, 32 / 0.48])
+    assert balancer.observe([(100, 1.0), (0, 0.0)], 3) is None
+    assert balancer.speeds == pytest.approx([100.0, 32 / 0.48])
+
+
+def true_seconds(batch, fixed, per_sample):
+    return fixed + batch * per_sample
+
+
+@pytest.mark.parametrize("ranks", [[(0.0, 0.01), (0.0, 0.02)], [(0.05, 0.01), (0.10, 0.02)],
+                                   [(0.02, 0.002), (0.06, 0.006)],
+                                   [(0.0, 0.01), (0.3, 0.01), (0.0, 0.03)]])
+def test_replanning_settles_where_step_times_are_equal_even_with_a_fixed_cost_per_step(ranks):
+    """Measured times from t(b) = fixed + b x per_sample: the plan settles near equal times in
+    two re-plans and stays there (speed alone, images/s at one batch, gets there too but one
+    small step per re-plan where a rank has a fixed cost per step: 4 re-plans for the third)."""
+    n = len(ranks)
+    balancer = Balancer(balance.Settings("dynamic", Bounds(32 * n), threshold=0.02, smoothing=1.0), n)
+    for exchange in range(12):
+        batches = balancer.plan.batches
+        balancer.observe([(b, true_seconds(b, *r)) for b, r in zip(batches, ranks)], exchange)
+    times = [true_seconds(b, *r) for b, r in zip(balancer.plan.batches, ranks)]
+    assert max(times) - min(times) <= 2 * max(r[1] for r in ranks) + 1e-9  # within ~a sample or two
+    assert len(balancer.history) <= 3  # settled at once, and no flapping
 
 
 def test_the_weight_makes_the_average_of_local_means_the_global_mean():
@@ -218,3 +240,29 @@ def trainer_hook():
     from hvdcls.training.loop import StepHook
 
     return StepHook()
+
+
+class WorldOfThree:
+    """A backend whose world has 3 ranks and which must not be asked for any work."""
+
+    name = "torch"
+
+    def init(self, config):
+        return Context("torch", 0, 3, 0, 3, "gloo", "cpu", 1)
+
+    def __getattr__(self, name):
+        raise AssertionError(f"{name} called: work started before the plan was checked")
+
+
+def test_shares_that_do_not_fit_the_world_stop_the_cli_before_any_work(tmp_path, monkeypatch, capsys):
+    from hvdcls import cli, registry
+    from hvdcls.training import run
+
+    monkeypatch.setattr(registry, "create_backend", lambda name: WorldOfThree())
+    monkeypatch.setattr(run.horovod_env, "apply", lambda *args, **kwargs: {})
+    out = tmp_path / "run"
+    status = cli.main(["train", "--backend", "torch", "--output-dir", str(out),
+                       "training.balance=fixed", "training.balancing.shares=[2,1]"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1, err
+    assert err.strip().endswith("2 shares for 3 ranks (one per rank)") and not out.exists()
