@@ -289,10 +289,18 @@ def _merge(base, layers):
     for source, layer in layers:
         try:
             _check_sections(layer, source)
+            _off_is_a_word(layer)
             base = OmegaConf.merge(base, layer)
         except OmegaConfBaseException as err:
             raise _one_line(err, source) from None
     return base
+
+
+def _off_is_a_word(layer) -> None:
+    """YAML reads a bare `off` as false: where `off` is one of a key's choices, it meant `off`."""
+    for key, allowed in CHOICES.items():
+        if "off" in allowed and OmegaConf.select(layer, key, default=None) is False:
+            OmegaConf.update(layer, key, "off")
 
 
 def _is_digits(data) -> bool:

@@ -13,7 +13,7 @@ allgathered from every rank), so every rank computes the same plan without anoth
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from hvdcls.config import Config
 from hvdcls.errors import UserError
@@ -118,6 +118,7 @@ class RankCost:
     smoothing: float
     points: dict = field(default_factory=dict)  # batch -> smoothed seconds per pass
     KEEP = 3  # batch sizes remembered: the most recent
+    SPREAD = 0.25  # fit a line only over batch sizes this far apart (share of the largest)
 
     def add(self, batch: int, seconds: float) -> None:
         old = self.points.pop(batch, None)  # re-inserted: the dict's order is recency
@@ -130,9 +131,9 @@ class RankCost:
         """(fixed, per_sample); proportional through the time at `batch` until two sizes fit
         a line with a positive slope and a fixed part >= 0."""
         proportional = (0.0, self.points[batch] / batch)
-        if len(self.points) < 2:
-            return proportional
         bs, ts = list(self.points), list(self.points.values())
+        if len(bs) < 2 or max(bs) - min(bs) < self.SPREAD * max(bs):
+            return proportional  # sizes too close: noise would decide the slope
         mean_b, mean_t = sum(bs) / len(bs), sum(ts) / len(ts)
         spread = sum((b - mean_b) ** 2 for b in bs)
         slope = sum((b - mean_b) * (t - mean_t) for b, t in zip(bs, ts)) / spread
@@ -263,6 +264,34 @@ class SpeedMeter:
         taken = (self.images, self.seconds)
         self.reset(skip_first=False)
         return taken
+
+
+class Rebalancer:
+    """Dynamic balancing between the steps of any step loop (the trainer's, the bench's): count
+    this rank's compute after each step and, when an exchange is due (the same step on every
+    rank), gather every rank's and maybe adopt a new plan."""
+
+    def __init__(self, config: Settings, ranks: int, rank: int):
+        self.balancer, self.rank = Balancer(config, ranks), rank
+        self.meter = SpeedMeter(config.every)
+
+    @property
+    def plan(self) -> Plan:
+        return self.balancer.plan
+
+    def after_step(self, passes: int, seconds: float, allreduce: Optional[float],
+                   gather: Callable[[tuple], list], next_step: int) -> Optional[Plan]:
+        """`seconds`: the step's time, `allreduce`: its wait for the other ranks (None: not
+        separable), `gather`: (images, seconds) of this rank -> every rank's (a collective).
+        Returns the plan that applies from `next_step` on when it changed, else None."""
+        if not self.balancer.dynamic:
+            return None
+        if not self.meter.add(self.plan.batches[self.rank] * passes, seconds, allreduce):
+            return None
+        new = self.balancer.observe(gather(self.meter.take()), next_step)
+        if new is not None:
+            self.meter.reset(skip_first=True)
+        return new
 
 
 def describe(new: Plan, rank_count: int) -> str:

@@ -168,9 +168,9 @@ class Trainer:
         shards = TrainShards if balancing.mode == "off" else BalancedShards
         self.shards = shards(len(data.train), ctx.size, ctx.rank, config.training.batch_size,
                              self.passes, config.training.seed)
-        # training.balance: the plan in force, and this rank's compute since the last exchange
-        self.balancer = None if balancing.mode == "off" else balance.Balancer(balancing, ctx.size)
-        self.meter = balance.SpeedMeter(balancing.every)
+        # training.balance: the plan in force, re-planned from measured compute when dynamic
+        self.rebalancer = (None if balancing.mode == "off"
+                           else balance.Rebalancer(balancing, ctx.size, ctx.rank))
         self.lr_at = schedule.build(config.optimizer, config.schedule, world_size=ctx.size,
                                     backward_passes=self.passes,
                                     steps_per_epoch=self.shards.steps_per_epoch,
@@ -187,8 +187,8 @@ class Trainer:
         self.monitor.start(RunInfo(self.ctx.backend, self.config.model.name, self.data.name,
                                    self.ctx.size, self.config.training.epochs,
                                    self.shards.steps_per_epoch, start_epoch))
-        if self.balancer is not None:  # resume too: a new run plans afresh
-            plan = self.balancer.plan
+        if self.rebalancer is not None:  # resume too: a new run plans afresh
+            plan = self.rebalancer.plan
             self.monitor.note(balance.describe(plan, self.ctx.size))
             self.monitor.balance(list(plan.batches), list(plan.speeds or []))
 
@@ -211,7 +211,7 @@ class Trainer:
         times = EpochTimes(sent_before=sent_bytes(self.backend))
         lr_at = lambda i: self.lr_at(epoch * steps + i)  # noqa: E731
         hook = StallPoint(self.ctx.rank, epoch == self.first_epoch)
-        if self.balancer is None:
+        if self.rebalancer is None:
             batches = self.epoch_batches(epoch, self.shards.batches(epoch))
             tally = self.run_steps(epoch, batches, 0, lr_at, times, hook)
         else:
@@ -227,7 +227,7 @@ class Trainer:
         new plan changes what every later step reads (at a step boundary, on every rank)."""
         tally, step = Tally(), 0
         while step < self.shards.steps_per_epoch:
-            indices = self.shards.balanced_batches(epoch, self.balancer.plan.batches, step)
+            indices = self.shards.balanced_batches(epoch, self.rebalancer.plan.batches, step)
             segment = self.run_steps(epoch, self.epoch_batches(epoch, indices), step,
                                      lambda i, first=step: lr_at(first + i), times, hook)
             tally.merge(segment)
@@ -238,23 +238,20 @@ class Trainer:
         """Dynamic balancing, after each step: count this rank's compute; when an exchange is
         due, gather every rank's and maybe adopt a new plan. True: the plan changed, the
         loader's batches are stale (the same answer on every rank)."""
-        if self.balancer is None or not self.balancer.dynamic:
+        if self.rebalancer is None:
             return False
-        images = self.balancer.plan.batches[self.ctx.rank] * self.passes
-        if not self.meter.add(images, sample.seconds, sample.allreduce):
-            return False
-        measured = self.backend.allgather_object(self.meter.take(), "balance.speeds")
-        steps = self.shards.steps_per_epoch
-        new = self.balancer.observe(measured, epoch * steps + sample.step + 1)
+        new = self.rebalancer.after_step(
+            self.passes, sample.seconds, sample.allreduce,
+            lambda mine: self.backend.allgather_object(mine, "balance.speeds"),
+            epoch * self.shards.steps_per_epoch + sample.step + 1)
         if new is None:
             return False
-        self.meter.reset(skip_first=True)
         self.monitor.note(balance.describe(new, self.ctx.size))
         self.monitor.balance(list(new.batches), list(new.speeds or []))
         return True
 
     def grad_weight(self) -> float:
-        return 1.0 if self.balancer is None else self.balancer.plan.weight(self.ctx.rank)
+        return 1.0 if self.rebalancer is None else self.rebalancer.plan.weight(self.ctx.rank)
 
     def epoch_batches(self, epoch: int, indices: list) -> EpochBatches:
         """This rank's training micro-batches `indices` of `epoch`, read and augmented."""
@@ -310,7 +307,7 @@ class Trainer:
         val = self.evaluate()
         seconds = train_seconds if started is None else time.perf_counter() - started
         record = epoch_record(epoch, train, val, lr, train_seconds, seconds, times,
-                              self.ctx.size, steps, self.balancer and self.balancer.plan)
+                              self.ctx.size, steps, self.rebalancer and self.rebalancer.plan)
         self.outputs.add_epoch(record)
         self.monitor.epoch(record, self.outputs.history)
         epochs = self.config.training.epochs

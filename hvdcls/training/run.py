@@ -194,7 +194,7 @@ class PlainRun(RunKind):
         with horovod_shutdown(job.config, ctx):
             trainer = Trainer(job.config, job.backend, ctx, job.data, outputs, monitor)
             history = trainer.run(start_epoch, history)
-        extra = {"balance": trainer.balancer.summary()} if trainer.balancer else {}
+        extra = {"balance": trainer.rebalancer.balancer.summary()} if trainer.rebalancer else {}
         return Ended(ctx, outputs, history, extra)
 
     def details(self, summary: dict) -> str:

@@ -266,3 +266,10 @@ def test_shares_that_do_not_fit_the_world_stop_the_cli_before_any_work(tmp_path,
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1, err
     assert err.strip().endswith("2 shares for 3 ranks (one per rank)") and not out.exists()
+
+
+def test_a_bare_off_in_yaml_or_an_override_is_the_word_off(tmp_path):
+    assert load("training.balance=off").training.balance == "off"
+    path = tmp_path / "c.yaml"
+    path.write_text("training:\n  balance: off\n")
+    assert cfg.load(path).training.balance == "off"
