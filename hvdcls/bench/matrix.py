@@ -63,7 +63,7 @@ class BenchSpec:
     steps: int = option(10, help="timed steps per repetition")
     reps: int = option(3, help="repetitions (median, spread)")
     # Drift hits every cell alike.
-    rounds: int = option(2, help="run the whole matrix this many times, interleaved, pooling the "
+    rounds: int = option(1, help="run the whole matrix this many times, interleaved, pooling the "
                          "repetitions (evens out a drifting machine)")
     baselines: bool = option(True, help="skip the DDP and raw-Horovod loops")  # --no-baselines
     # `hvdcls train`'s defaults (NOTES: 16-32 MB and 5-10 ms suit this machine)
@@ -330,7 +330,7 @@ def throttled(spec: BenchSpec):
     chosen = spec_slow(spec)
     if chosen is None:
         return contextlib.nullcontext(None)
-    return slow.throttled_cgroup(chosen, chosen.rank)
+    return slow.throttled_cgroup(chosen)
 
 
 def sweep_settings(spec: BenchSpec) -> list[tuple[float, float]]:

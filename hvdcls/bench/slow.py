@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -63,8 +64,19 @@ def throttled_cgroup(slow: SlowRank, root: Path = CPU_CONTROLLER) -> Iterator[tu
     try:
         yield group, slow.rank
     finally:
-        with contextlib.suppress(OSError):
+        remove(group)
+
+
+def remove(group: Path, attempts: int = 50) -> None:
+    """rmdir the cgroup once its processes are gone (a killed rank takes a moment to be)."""
+    for _ in range(attempts):
+        try:
             group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:  # EBUSY: a process is still in it
+            time.sleep(0.1)
 
 
 def set_threads(group: Path, fraction: float, threads: int) -> None:

@@ -1,11 +1,13 @@
 """Per-rank batch sizes by speed (`training.balance`): the planner, and the speed it plans from.
 
 Synchronous data parallelism waits for its slowest rank. With `balance=dynamic` each rank's
-batch b_i is sized in proportion to its measured speed (images per second of compute), so
-every rank's step takes about as long; with `balance=fixed` the shares come from the config.
-The global batch B = sum(b_i) stays training.batch_size x ranks whatever the plan, so the
-optimisation (learning rate, its scaling and warmup) does not move; the backends weight each
-rank's gradient by b_i / B so the update is the mean gradient over the global batch.
+batch b_i is sized by its measured compute time so that every rank's step takes about as long:
+in proportion to its speed (images per second of compute), refined by a fixed cost per step
+once two batch sizes have been timed (RankCost); with `balance=fixed` the shares come from the
+config. The global batch B = sum(b_i) stays training.batch_size x ranks whatever the plan, so
+the optimisation (learning rate, its scaling and warmup) does not move; the backends multiply
+each rank's mean loss by ranks x b_i / B (Plan.weight), so Horovod's average of the gradients
+is the mean gradient over the global batch. docs/balancing.md tells the whole story.
 
 Everything here is plain Python on numbers every rank holds alike (the config, and speeds
 allgathered from every rank), so every rank computes the same plan without another message.
