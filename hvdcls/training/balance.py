@@ -204,6 +204,10 @@ class Balancer:
     plan: Plan = None  # type: ignore[assignment]
     speeds: Optional[list] = None  # images/s per rank at the plan in force (smoothed)
     history: list = field(default_factory=list)  # every plan in force so far
+    # Exchanges in a row that must predict the gain before a new plan is adopted: one noisy
+    # measurement (a busy host, a scheduler hiccup) does not move the plan.
+    PATIENCE = 2
+    pending: int = 0
 
     def __post_init__(self):
         if self.plan is None:
@@ -217,8 +221,8 @@ class Balancer:
 
     def observe(self, measured: Sequence[tuple], next_step: int) -> Optional[Plan]:
         """Fold every rank's (images, compute seconds) since the last call into its cost;
-        returns the new plan (from `next_step` on) when it predicts more than the threshold's
-        gain, else None."""
+        returns the new plan (from `next_step` on) when it has predicted more than the
+        threshold's gain PATIENCE exchanges in a row, else None."""
         if any(images <= 0 or seconds <= 0 for images, seconds in measured):
             return None  # a rank measured nothing: keep what we have
         batches = self.plan.batches
@@ -228,7 +232,12 @@ class Balancer:
         self.speeds = [batch / cost.points[batch] for cost, batch in zip(self.costs, batches)]
         proposed = tuple(plan_for(lines, self.config.bounds))
         if proposed == batches or gain(batches, proposed, lines) <= self.config.threshold:
+            self.pending = 0
             return None
+        self.pending += 1
+        if self.pending < self.PATIENCE:
+            return None
+        self.pending = 0
         self.plan = Plan(proposed, next_step, tuple(self.speeds))
         self.history.append(self.plan)
         return self.plan

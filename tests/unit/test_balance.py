@@ -63,11 +63,14 @@ def test_hysteresis_keeps_the_plan_until_the_gain_beats_the_threshold():
     balancer = Balancer(settings, 2)
     assert balancer.plan.batches == (32, 32)
     assert balancer.observe([(320, 1.0), (300, 1.0)], next_step=5) is None  # ~3 %: kept
-    new = balancer.observe([(320, 1.0), (160, 1.0)], next_step=10)  # rank 1 at half speed
-    assert new.batches == (43, 21) and new.step == 10 and balancer.plan is new
-    assert balancer.observe([(430, 1.0), (215, 1.0)], next_step=15) is None  # balanced now
+    assert balancer.observe([(320, 1.0), (160, 1.0)], next_step=10) is None  # once: maybe noise
+    assert balancer.observe([(320, 1.0), (300, 1.0)], next_step=15) is None  # it was: kept
+    assert balancer.observe([(320, 1.0), (160, 1.0)], next_step=20) is None  # rank 1 at half speed
+    new = balancer.observe([(320, 1.0), (160, 1.0)], next_step=25)  # ... twice in a row
+    assert new.batches == (43, 21) and new.step == 25 and balancer.plan is new
+    assert balancer.observe([(430, 1.0), (215, 1.0)], next_step=30) is None  # balanced now
     assert [p.batches for p in balancer.history] == [(32, 32), (43, 21)]
-    assert balancer.summary()["plans"][1] == {"step": 10, "batches": [43, 21], "speeds": [320.0, 160.0]}
+    assert balancer.summary()["plans"][1] == {"step": 25, "batches": [43, 21], "speeds": [320.0, 160.0]}
 
 
 def test_times_are_smoothed_and_an_empty_measurement_changes_nothing():
@@ -88,7 +91,7 @@ def true_seconds(batch, fixed, per_sample):
                                    [(0.0, 0.01), (0.3, 0.01), (0.0, 0.03)]])
 def test_replanning_settles_where_step_times_are_equal_even_with_a_fixed_cost_per_step(ranks):
     """Measured times from t(b) = fixed + b x per_sample: the plan settles near equal times in
-    two re-plans and stays there (speed alone, images/s at one batch, gets there too but one
+    two re-plans (each after two exchanges that agree) and stays there (speed alone, images/s at one batch, gets there too but one
     small step per re-plan where a rank has a fixed cost per step: 4 re-plans for the third)."""
     n = len(ranks)
     balancer = Balancer(balance.Settings("dynamic", Bounds(32 * n), threshold=0.02, smoothing=1.0), n)
@@ -230,7 +233,8 @@ def test_dynamic_balancing_replans_within_the_epoch_and_still_reads_each_step_on
     assert sink.plans[0] == [16, 16] and len(sink.plans) >= 2 and sink.plans[-1][0] > 16
     assert any("balance: per-rank batches" in n for n in sink.notes)
     sizes = [len(m[0]) for m in backend.read]
-    assert sizes[:3] == [16, 16, 16] and sizes[-1] == sink.plans[-1][0]  # re-planned mid-epoch
+    assert sizes[:3] == [16, 16, 16] and sizes[-1] > 16  # re-planned mid-epoch
+    assert set(sizes) <= {p[0] for p in sink.plans}  # each step read under a plan announced
     assert backend.weights[-1] == pytest.approx(2 * sizes[-1] / 32)
     offsets = Counter(int(i) for m in backend.read for i in m[0])
     assert max(offsets.values()) == 1  # rank 0 never reads a sample twice across plans
