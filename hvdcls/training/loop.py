@@ -100,7 +100,8 @@ class Tally:
     def merge(self, later: "Tally") -> None:
         """Fold in a tally of the steps that followed (balancing: one per plan in force)."""
         if later.steps:
-            self.total, self.steps, self.lr = add(self.total, later.total), self.steps + later.steps, later.lr
+            self.total, self.lr = add(self.total, later.total), later.lr
+            self.steps += later.steps
 
     def seconds(self) -> float:
         return time.perf_counter() - self.started

@@ -91,8 +91,9 @@ def true_seconds(batch, fixed, per_sample):
                                    [(0.0, 0.01), (0.3, 0.01), (0.0, 0.03)]])
 def test_replanning_settles_where_step_times_are_equal_even_with_a_fixed_cost_per_step(ranks):
     """Measured times from t(b) = fixed + b x per_sample: the plan settles near equal times in
-    two re-plans (each after two exchanges that agree) and stays there (speed alone, images/s at one batch, gets there too but one
-    small step per re-plan where a rank has a fixed cost per step: 4 re-plans for the third)."""
+    two re-plans (each after two exchanges that agree) and stays there (speed alone, images/s
+    at one batch, gets there too, but one small step per re-plan where a rank has a fixed cost
+    per step: 4 re-plans for the third case)."""
     n = len(ranks)
     balancer = Balancer(balance.Settings("dynamic", Bounds(32 * n), threshold=0.02, smoothing=1.0), n)
     for exchange in range(12):
