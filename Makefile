@@ -60,7 +60,7 @@ compose-test: setup docker-engine
 
 # Step throughput: the default matrix beside DDP and raw Horovod -> runs/bench/bench.{json,md,png}
 bench: setup
-	@$(PY) -m hvdcls bench --output-dir runs/bench
+	@$(PY) -m hvdcls bench --rounds 2 --output-dir runs/bench
 
 doctor: setup
 	@$(VENV)/bin/hvdcls doctor

@@ -80,8 +80,10 @@ class Backend(abc.ABC):
         """Iterate the batches as framework tensors, reading with `workers` parallel workers."""
 
     @abc.abstractmethod
-    def train_step(self, micro_batches: list, lr: float) -> Sums:
-        """Forward/backward every micro-batch, all-reduce the gradients once, step."""
+    def train_step(self, micro_batches: list, lr: float, weight: float = 1.0) -> Sums:
+        """Forward/backward every micro-batch, all-reduce the gradients once, step. `weight`
+        multiplies this rank's mean loss before backward (so before any compression):
+        ranks x b_i / B under training.balance, making the average the global batch's mean."""
 
     @abc.abstractmethod
     def eval_step(self, batch) -> Sums:

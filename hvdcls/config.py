@@ -112,6 +112,20 @@ class ScheduleConfig:
 
 
 @dataclass
+class BalancingConfig:
+    """training.balance != off: per-rank batches sized by speed (hvdcls/training/balance.py).
+    Batches are per rank and per backward pass; their sum stays training.batch_size x ranks."""
+
+    shares: List[float] = field(default_factory=list)  # balance=fixed: one relative share per rank
+    min_batch: int = 1  # no rank's batch below this
+    max_batch: Optional[int] = None  # no rank's batch above this (memory); None: no bound
+    quantum: Optional[int] = None  # batches in multiples of this; None: 8 on a GPU, 1 on CPU
+    threshold: float = 0.05  # dynamic: re-plan when the predicted step time drops by more
+    smoothing: float = 0.5  # dynamic: weight of the newest speed in the moving average
+    every: int = 5  # dynamic: steps between speed exchanges (one small allgather each)
+
+
+@dataclass
 class TrainingConfig:
     epochs: int = 10
     batch_size: int = 32  # per worker, per backward pass
@@ -140,6 +154,9 @@ class TrainingConfig:
     # None: off; else torchvision's --model-ema-decay (e.g. 0.99998), scaled as it scales it.
     ema_decay: Optional[float] = None
     ema_steps: int = 32  # optimizer steps between EMA updates
+    # Per-rank batch sizes: off = equal; fixed = balancing.shares; dynamic = by measured speed.
+    balance: Literal["off", "dynamic", "fixed"] = "off"
+    balancing: BalancingConfig = field(default_factory=BalancingConfig)
 
 
 @dataclass
@@ -223,7 +240,7 @@ POSITIVE = ("data.image_size", "data.synthetic.num_samples", "data.synthetic.num
             "training.epochs", "training.batch_size", "training.log_every", "training.commit_every",
             "training.ema_steps",
             "horovod.backward_passes_per_step", "output.keep_checkpoints", "schedule.step_size",
-            "horovod.powersgd.rank")
+            "horovod.powersgd.rank", "training.balancing.min_batch", "training.balancing.every")
 NON_NEGATIVE = ("data.workers", "optimizer.lr", "optimizer.momentum", "optimizer.weight_decay",
                 "schedule.min_lr_factor", "data.mixup_alpha", "data.cutmix_alpha", "output.checkpoint_every",
                 "training.label_smoothing", "training.seed", "training.profile_steps",
@@ -232,7 +249,8 @@ NON_NEGATIVE = ("data.workers", "optimizer.lr", "optimizer.momentum", "optimizer
                 "horovod.stall_shutdown_seconds", "horovod.powersgd.start_iter")
 OPTIONAL_NON_NEGATIVE = ("schedule.warmup_epochs",)
 OPTIONAL_POSITIVE = ("model.num_classes", "training.grad_clip_norm", "training.threads",
-                     "horovod.fusion_threshold_mb", "horovod.cycle_time_ms")
+                     "horovod.fusion_threshold_mb", "horovod.cycle_time_ms",
+                     "training.balancing.max_batch", "training.balancing.quantum")
 
 
 def _one_line(err: OmegaConfBaseException, source: str) -> UserError:
@@ -315,10 +333,18 @@ def _merge(base, layers):
     for source, layer in layers:
         try:
             _check_sections(layer, source)
+            _off_is_a_word(layer)
             base = OmegaConf.merge(base, layer)
         except OmegaConfBaseException as err:
             raise _one_line(err, source) from None
     return base
+
+
+def _off_is_a_word(layer) -> None:
+    """YAML reads a bare `off` as false: where `off` is one of a key's choices, it meant `off`."""
+    for key, allowed in CHOICES.items():
+        if "off" in allowed and OmegaConf.select(layer, key, default=None) is False:
+            OmegaConf.update(layer, key, "off")
 
 
 def _is_digits(data) -> bool:
@@ -394,6 +420,7 @@ def validate(config: Config) -> None:
     _validate_data(config.data)
     _validate_stall(config.horovod)
     _validate_schedule(config.schedule, config.training.epochs)
+    _validate_balancing(config)
     if not 0 <= config.optimizer.momentum < 1:
         raise UserError(f"config optimizer.momentum={config.optimizer.momentum}: must be in [0, 1)")
     if config.optimizer.nesterov and config.optimizer.momentum == 0:
@@ -495,6 +522,34 @@ def _validate_schedule(schedule: ScheduleConfig, epochs: int) -> None:
     if list(schedule.milestones) != sorted(set(schedule.milestones)):
         raise UserError(f"config schedule.milestones={list(schedule.milestones)}: "
                         "must be increasing epochs")
+
+
+def _validate_balancing(config: Config) -> None:
+    """What needs no world size; hvdcls.training.balance.check does the rest after init."""
+    mode, bal = config.training.balance, config.training.balancing
+    if mode == "fixed" and not bal.shares:
+        raise UserError("config training.balance=fixed needs training.balancing.shares "
+                        "(one relative share per rank, e.g. [2, 1])")
+    if mode != "fixed" and bal.shares:
+        raise UserError(f"config training.balancing.shares is set but training.balance={mode}: "
+                        "shares are for balance=fixed")
+    if any(share <= 0 for share in bal.shares):
+        raise UserError(f"config training.balancing.shares={list(bal.shares)}: shares must be > 0")
+    if bal.max_batch is not None and bal.max_batch < bal.min_batch:
+        raise UserError(f"config training.balancing.max_batch={bal.max_batch}: must be >= "
+                        f"training.balancing.min_batch={bal.min_batch}")
+    if not 0 <= bal.threshold < 1:
+        raise UserError(f"config training.balancing.threshold={bal.threshold}: must be in [0, 1)")
+    if not 0 < bal.smoothing <= 1:
+        raise UserError(f"config training.balancing.smoothing={bal.smoothing}: must be in (0, 1]")
+    if mode == "off":
+        return
+    if config.horovod.op == "adasum":  # Adasum does not average: sample weights do not apply
+        raise UserError(f"config training.balance={mode} weights gradients by samples, which "
+                        "horovod.op=adasum does not average: use horovod.op=average")
+    if config.training.elastic:
+        raise UserError(f"config training.balance={mode} with training.elastic=true is not "
+                        "supported yet: use one or the other")
 
 
 def to_dict(config: Config) -> dict:

@@ -3,11 +3,13 @@
 Mirror: torch_backend/backend.py. Lines that exist only for distribution say `# Horovod:`.
 What needs only Horovod (init, context, object and metric collectives, elastic_run) is
 hvdcls.horovod_backend.HorovodBackend's, given horovod.tensorflow here. allreduce_wait_seconds
-stays the contract's None: the all-reduce runs inside the compiled step
+is the contract's None by default: the all-reduce runs inside the compiled step
 (DistributedGradientTape in a tf.function), interleaved with the backward pass, and timing
 it apart would mean a different step; Horovod's timeline measures it (`hvdcls timeline PATH`).
 For the same reason the watchdog sees the step as one phase, "in the step (computing or
 waiting in the all-reduce)" (hvdcls.training.watchdog.IN_STEP): marks_allreduce_wait stays False.
+With training.balance=dynamic the step is that different step: local gradients, then the
+all-reduce and update, timed apart, because the balancer needs each rank's compute time.
 
 Keras 3 note: Horovod's helpers expect `tf.Variable`s but Keras 3 hands out its own
 variables (`broadcast_variables` fails with "'SymbolicTensor' object has no attribute
@@ -20,6 +22,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import time  # noqa: E402
 import zipfile  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -114,6 +117,8 @@ class TensorFlowBackend(HorovodBackend):
         self.op = hvd.Adasum if hv.op == "adasum" else hvd.Average
         self.num_classes = num_classes
         shapes = [tuple(v.shape) for v in self.model.trainable_variables]
+        self.timed_apart = training.balance == "dynamic"  # compute and all-reduce timed apart
+        self.last_allreduce_wait: float | None = None
         self.reducer: PowerSGDReducer | None = None
         if hv.compression == "powersgd":  # our own reduction of the gradient list
             self.reducer = PowerSGDReducer(shapes, hv.powersgd)
@@ -162,14 +167,17 @@ class TensorFlowBackend(HorovodBackend):
         correct = tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == dominant, tf.int32))
         return Sums(loss * tf.cast(count, tf.float32), correct, count)
 
-    def _forward(self, images, labels):
+    def _forward(self, images, labels, weight):
+        """Logits, the mean loss, and what to differentiate: the loss times this rank's sample
+        weight (training.balance; a tensor, so a new weight is no new trace), loss-scaled."""
         logits = self.model(images, training=True)
         loss = self.loss(labels, logits)
-        return logits, loss, (self.optimizer.scale_loss(loss) if self.loss_scaled else loss)
+        objective = loss * weight
+        return logits, loss, (self.optimizer.scale_loss(objective) if self.loss_scaled else objective)
 
-    def _train_one_eager(self, images, labels, warmup: bool):
+    def _train_one_eager(self, images, labels, weight, warmup: bool):
         with tf.GradientTape() as tape:
-            logits, loss, scaled = self._forward(images, labels)
+            logits, loss, scaled = self._forward(images, labels, weight)
         if self.reducer is not None:
             grads = tape.gradient(scaled, tf_variables(self.model.trainable_variables))
             self._apply(self._powersgd(grads, warmup))
@@ -184,9 +192,9 @@ class TensorFlowBackend(HorovodBackend):
         scale = self.optimizer.dynamic_scale.value if self.loss_scaled else 1.0
         return self.reducer.reduce(grads, scale, warmup)
 
-    def _local_grads_eager(self, images, labels):
+    def _local_grads_eager(self, images, labels, weight):
         with tf.GradientTape() as tape:
-            logits, loss, scaled = self._forward(images, labels)
+            logits, loss, scaled = self._forward(images, labels, weight)
         grads = tape.gradient(scaled, tf_variables(self.model.trainable_variables))
         return grads, self.sums(loss, logits, labels)
 
@@ -205,28 +213,36 @@ class TensorFlowBackend(HorovodBackend):
             grads, _ = tf.clip_by_global_norm(grads, self.clip)
         self.optimizer.apply_gradients(zip(grads, variables))
 
-    def train_step(self, micro_batches: list, lr: float) -> Sums:
+    def train_step(self, micro_batches: list, lr: float, weight: float = 1.0) -> Sums:
         self.optimizer.learning_rate.assign(lr)
         warmup = self.reducer is not None and self.reducer.warmup  # a Python bool: two traces
-        sums = self._train_micro(micro_batches, warmup)
+        sums = self._train_micro(micro_batches, tf.constant(weight, tf.float32), warmup)
         if self.reducer is not None:
             self.reducer.count(warmup)
         else:
             self.counter.add(self.dense_step_bytes)  # Horovod sent every gradient, as configured
         return sums
 
-    def _train_micro(self, micro_batches: list, warmup: bool) -> Sums:
-        if len(micro_batches) == 1:
-            return self._train_one(*micro_batches[0], warmup)
+    def _train_micro(self, micro_batches: list, weight, warmup: bool) -> Sums:
+        if len(micro_batches) == 1 and not self.timed_apart:
+            return self._train_one(*micro_batches[0], weight, warmup)
         total, accumulated = None, None
         for images, labels in micro_batches:
-            grads, sums = self._local_grads(images, labels)
+            grads, sums = self._local_grads(images, labels, weight)
             # Accumulated passes each carry 1/N of the step's gradient.
             scaled = [g / len(micro_batches) for g in grads]
             accumulated = scaled if accumulated is None else [a + g for a, g in zip(accumulated, scaled)]
             total = add(total, sums)
+        if self.timed_apart:
+            float(tf.reduce_sum(accumulated[0]))  # wait for the device: backward is done
+            started = time.perf_counter()
         self._apply_accumulated(accumulated, warmup)
+        if self.timed_apart:
+            self.last_allreduce_wait = time.perf_counter() - started  # (and the update)
         return total
+
+    def allreduce_wait_seconds(self) -> float | None:
+        return self.last_allreduce_wait
 
     def _eval_eager(self, images, labels):
         logits = tf.cast(self.model(images, training=False), tf.float32)

@@ -133,7 +133,7 @@ class TorchBackend(HorovodBackend):
             return nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
 
-    def train_step(self, micro_batches: list, lr: float) -> Sums:
+    def train_step(self, micro_batches: list, lr: float, weight: float = 1.0) -> Sums:
         self.model.train()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -144,8 +144,13 @@ class TorchBackend(HorovodBackend):
             with self.autocast():
                 logits = self.model(images)
                 loss = self.criterion(logits, labels)  # class indices, or mixed targets (N, C)
-            # Accumulated passes each carry 1/N of the step's gradient.
-            self.scaler.scale(loss / len(micro_batches)).backward()
+            # Accumulated passes each carry 1/N of the step's gradient; `weight` makes this
+            # rank's share of the ranks' average its share of the samples (training.balance),
+            # before any compression sees the gradient.
+            objective = loss / len(micro_batches)
+            if weight != 1.0:
+                objective = objective * weight
+            self.scaler.scale(objective).backward()
             total = add(total, Sums(loss.detach().float() * len(labels),
                                     (logits.argmax(1) == dominant(labels)).sum(), len(labels)))
         if self.reducer is not None:

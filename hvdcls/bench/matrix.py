@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Optional
 
 from hvdcls import fileio, gpu, horovod_env, launch, registry
-from hvdcls.bench import data as bench_data
+from hvdcls.bench import data as bench_data, guard, slow
 from hvdcls.config import Compression, HorovodConfig
 from hvdcls.errors import UserError
 from hvdcls.flags import option
@@ -86,6 +86,12 @@ class BenchSpec:
     loader_workers: int = option(2, help="loader workers per rank in imagefolder/lmdb cells")
     device: str = option("cpu", choices=("cpu", "cuda"),
                          help="cuda: float16 AMP, channels-last (torch); needs an NVIDIA GPU")
+    balances: list[str] = option(["off"], flag="--balance", choices=("off", "dynamic"),
+                                 help="training.balance of the np>1 hvdcls cells (dynamic: per-rank "
+                                 "batches by measured speed, memory data only)")
+    slow_rank: Optional[str] = option(None, help="RANK=FRACTION: that rank of every np>1 cell runs "
+                                      "with FRACTION of the CPU of the others (a cgroup; root), "
+                                      "e.g. 1=0.5; DDP cells are left out")
 
 
 @dataclass(frozen=True)
@@ -97,17 +103,20 @@ class Cell:
     batch_size: int
     model: str
     data: str = "memory"  # memory: one batch held in memory; imagefolder | lmdb: real loader
+    balance: str = "off"  # training.balance (hvdcls cells with np > 1)
 
     def key(self) -> tuple:
-        return (self.backend, self.np, self.compression, self.batch_size, self.model, self.data)
+        return (self.backend, self.np, self.compression, self.batch_size, self.model, self.data,
+                self.balance)
 
     def file_name(self) -> str:
         return f"{self.runner}-{'-'.join(map(str, self.key()))}.json"
 
     @classmethod
     def of(cls, result: dict) -> "Cell":
-        """The cell a result row (or a failed one) was measured for."""
-        return cls(**{name: result[name] for name in cls.__dataclass_fields__})
+        """The cell a result row (or a failed one) was measured for (older reports lack
+        the later fields: their defaults)."""
+        return cls(**{name: result[name] for name in cls.__dataclass_fields__ if name in result})
 
 
 def cells(spec: BenchSpec) -> list[Cell]:
@@ -118,10 +127,12 @@ def cells(spec: BenchSpec) -> list[Cell]:
                spec.backends, spec.nps, spec.compressions, spec.batch_sizes, spec.models, spec.data)
            if np > 1 or compression == spec.compressions[0]]
     out = [replace(c, compression="none") if c.np == 1 else c for c in out]
+    out += [replace(c, balance=balance) for c in list(out) if c.np > 1 and c.data == "memory"
+            for balance in spec.balances if balance != "off"]
     if spec.baselines:
-        # DDP's torchrun does not cross our namespaces: across a shaped link, Horovod only.
-        runners = ("raw-horovod",) if spec.link_mbit else ("raw-horovod", "ddp")
-        out += [Cell(runner, c.backend, *c.key()[1:]) for c in list(out)
+        # DDP's torchrun does not cross our namespaces (nor run under --slow-rank's wrapper).
+        runners = ("raw-horovod",) if spec.link_mbit or spec.slow_rank else ("raw-horovod", "ddp")
+        out += [Cell(runner, c.backend, *c.key()[1:]) for c in list(out) if c.balance == "off"
                 for runner in runners if (runner, c.backend) in BASELINE_SCRIPTS
                 and (runner, c.compression) not in NO_BASELINE
                 and c.data != "lmdb"]  # LMDB is our own format: no plain loop reads it
@@ -141,12 +152,16 @@ def worker_args(cell: Cell, spec: BenchSpec, out: Path) -> list[str]:
             "--device", spec.device, *bench_data.data_flags(cell.data, out.parent, spec.loader_workers)]
 
 
-def command(cell: Cell, spec: BenchSpec, out: Path, hosts=None) -> list[str]:
+def command(cell: Cell, spec: BenchSpec, out: Path, hosts=None, throttle=None) -> list[str]:
+    """The cell's launch; `throttle`: (cgroup, rank) whose process runs inside that cgroup."""
     args = worker_args(cell, spec, out)
     if cell.runner == "hvdcls":
-        program = [sys.executable, "-m", "hvdcls.bench.worker", "--backend", cell.backend, *args]
+        program = [sys.executable, "-m", "hvdcls.bench.worker", "--backend", cell.backend, *args,
+                   "--balance", cell.balance]
     else:
         program = [sys.executable, str(BASELINES_DIR / BASELINE_SCRIPTS[(cell.runner, cell.backend)]), *args]
+    if throttle is not None and cell.np > throttle[1] and cell.runner != "ddp":
+        program = slow.wrap(program, *throttle)
     if cell.runner == "ddp":
         return [launch.venv_tool("torchrun"), "--standalone", f"--nproc_per_node={cell.np}", *program[1:]]
     if cell.np == 1:
@@ -201,15 +216,24 @@ def terminate_unwinds():
         signal.signal(signal.SIGTERM, previous)
 
 
-def run_cell(cell: Cell, spec: BenchSpec, scratch: Path, hosts=None) -> dict:
-    """One launch of one cell: the worker's raw JSON, or {"error": ...}."""
+def run_cell(cell: Cell, spec: BenchSpec, scratch: Path, hosts=None, throttle=None) -> dict:
+    """One launch of one cell: the worker's raw JSON with the CPU used outside the bench
+    meanwhile (hvdcls.bench.guard), or {"error": ...}."""
     out = scratch / cell.file_name()
     out.unlink(missing_ok=True)
-    result = launch_group(command(cell, spec, out, hosts), environment(cell, spec), spec.timeout)
+    if throttle is not None:  # the slow rank gets FRACTION of what each rank of this cell gets
+        slow.set_threads(throttle[0], spec_slow(spec).fraction, threads_per_rank(cell.np))
+    with guard.CpuGuard() as watch:
+        result = launch_group(command(cell, spec, out, hosts, throttle), environment(cell, spec),
+                              spec.timeout)
     if result.returncode != 0 or not out.exists():
         tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
         return {"error": f"exit {result.returncode}: " + " | ".join(tail)}
-    return json.loads(out.read_text())
+    return {**json.loads(out.read_text()), "outside": [watch.outside]}
+
+
+def spec_slow(spec: BenchSpec) -> Optional[slow.SlowRank]:
+    return slow.SlowRank.parse(spec.slow_rank) if spec.slow_rank else None
 
 
 REPEATED = ("step_seconds", "allreduce_wait_seconds", "images_per_sec", "data_wait_seconds")
@@ -218,20 +242,22 @@ REPEATED = ("step_seconds", "allreduce_wait_seconds", "images_per_sec", "data_wa
 def merge_rounds(raws: list[dict]) -> dict:
     """One raw result from several rounds: the repetitions of every round together."""
     merged = dict(raws[0])
+    merged["outside"] = [stretch for raw in raws for stretch in raw.get("outside", [])]
     for name in REPEATED:
         if name in merged:
             merged[name] = [value for raw in raws for value in raw[name]]
     return merged
 
 
-def run_matrix(todo: list[Cell], spec: BenchSpec, scratch: Path, hosts, bar) -> list[dict]:
+def run_matrix(todo: list[Cell], spec: BenchSpec, scratch: Path, hosts, bar,
+               throttle=None) -> list[dict]:
     """Every cell `spec.rounds` times, round by round; a cell that fails is not run again."""
     raws: dict[Cell, list[dict]] = {cell: [] for cell in todo}
     errors: dict[Cell, str] = {}
     for _ in range(spec.rounds):
         for cell in todo:
             if cell not in errors:
-                raw = run_cell(cell, spec, scratch, hosts)
+                raw = run_cell(cell, spec, scratch, hosts, throttle)
                 if "error" in raw:
                     errors[cell] = raw["error"]
                 else:
@@ -266,7 +292,9 @@ def summarise(cell: Cell, raw: dict) -> dict:
             "data_wait_share": None if data_wait is None else data_wait / step,
             "allreduce_bytes_per_step": None if buffer is None else buffer if cell.np > 1 else 0,
             "ring_bytes_sent_per_rank": None if buffer is None else int(buffer * 2 * (cell.np - 1) / cell.np),
-            "horovod_settings": raw.get("horovod_settings", {}), "versions": raw.get("versions", {})}
+            "horovod_settings": raw.get("horovod_settings", {}), "versions": raw.get("versions", {}),
+            "balance_plan": (raw.get("balance") or {}).get("batches"),
+            **guard.summarise(raw.get("outside", []))}
 
 
 def add_ratios(results: list[dict]) -> None:
@@ -278,11 +306,13 @@ def add_ratios(results: list[dict]) -> None:
             continue
         key = Cell.of(r).key()
         mine = speed[(r["runner"], key)]
-        single = speed.get((r["runner"], (key[0], 1, "none", *key[3:])))
+        single = speed.get((r["runner"], (key[0], 1, "none", *key[3:6], "off")))
         raw, ddp = speed.get(("raw-horovod", key)), speed.get(("ddp", key))
         r["scaling_efficiency"] = mine / (r["np"] * single) if single else None
         r["vs_raw_horovod"] = mine / raw if raw and r["runner"] == "hvdcls" else None
         r["horovod_vs_ddp"] = mine / ddp if ddp and r["runner"] in ("hvdcls", "raw-horovod") else None
+        off = speed.get((r["runner"], (*key[:6], "off")))
+        r["vs_balance_off"] = mine / off if off and r["balance"] != "off" else None
 
 
 def shaped_hosts(spec: BenchSpec):
@@ -293,6 +323,14 @@ def shaped_hosts(spec: BenchSpec):
         raise UserError("--link-mbit runs one rank on each of two hosts: use --np 1 2")
     from hvdcls.bench.netns import Link, ShapedHosts
     return ShapedHosts(Link(spec.link_mbit, spec.link_delay_ms))
+
+
+def throttled(spec: BenchSpec):
+    """(cgroup, slow rank) for --slow-rank (hvdcls.bench.slow), else nothing."""
+    chosen = spec_slow(spec)
+    if chosen is None:
+        return contextlib.nullcontext(None)
+    return slow.throttled_cgroup(chosen)
 
 
 def sweep_settings(spec: BenchSpec) -> list[tuple[float, float]]:
@@ -356,6 +394,14 @@ def validate(spec: BenchSpec) -> None:
     unknown = sorted(set(spec.compressions) - set(COMPRESSIONS))
     if unknown:
         raise UserError(f"--compression {' '.join(unknown)}: use {', '.join(COMPRESSIONS)}")
+    if spec.slow_rank:
+        chosen = slow.SlowRank.parse(spec.slow_rank)
+        if not any(n > chosen.rank for n in spec.nps):
+            raise UserError(f"--slow-rank {spec.slow_rank}: no cell has a rank {chosen.rank} "
+                            f"(--np {' '.join(map(str, spec.nps))})")
+    if "dynamic" in spec.balances and (max(spec.nps) < 2 or "memory" not in spec.data):
+        raise UserError("--balance dynamic balances np>1 cells on memory data: add --np 2 "
+                        "and --data memory")
 
 
 def machine() -> dict:
@@ -386,11 +432,11 @@ def run(spec: BenchSpec, output_dir: Path, progress: bool = True) -> dict:
     todo = cells(spec)
     sweep = None
     with terminate_unwinds(), tempfile.TemporaryDirectory(prefix="hvdcls-bench-") as scratch, \
-            shaped_hosts(spec) as hosts, \
+            shaped_hosts(spec) as hosts, throttled(spec) as throttle, \
             tqdm(total=len(todo) * spec.rounds, desc="bench", unit="cell", disable=not progress,
                  file=sys.stderr) as bar:
         bench_data.write_for_spec(spec, Path(scratch))
-        results = run_matrix(todo, spec, Path(scratch), hosts, bar)
+        results = run_matrix(todo, spec, Path(scratch), hosts, bar, throttle)
         if hosts is not None:
             bar.set_description("all-reduce sweep")
             sweep = allreduce_sweep(spec, hosts, Path(scratch))

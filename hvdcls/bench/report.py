@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from hvdcls import fileio, tables
+from hvdcls.bench.guard import BUSY_SHARE
 
-COLUMNS = ["runner", "backend", "np", "compression", "batch", "model", "data", "img/s (median)",
-           "spread", "img/s/worker", "scaling eff.", "step ms", "allreduce wait", "data wait",
-           "MB/step", "vs raw Horovod", "Horovod/DDP"]
+COLUMNS = ["runner", "backend", "np", "compression", "batch", "model", "data", "balance",
+           "img/s (median)", "spread", "img/s/worker", "scaling eff.", "step ms", "allreduce wait",
+           "data wait", "MB/step", "vs raw Horovod", "Horovod/DDP", "vs balance off", "outside CPU"]
 
 
 def fmt(value, pattern: str = "{:.2f}") -> str:
@@ -21,7 +22,7 @@ def megabytes(num_bytes):
 
 def row(cell: dict) -> list[str]:
     head = [cell["runner"], cell["backend"], str(cell["np"]), cell["compression"],
-            str(cell["batch_size"]), cell["model"], data_label(cell)]
+            str(cell["batch_size"]), cell["model"], data_label(cell), balance_label(cell)]
     if "error" in cell:
         return head + [f"failed: {cell['error'][:80]}"] + [""] * (len(COLUMNS) - len(head) - 1)
     ips = cell["images_per_sec"]
@@ -31,7 +32,21 @@ def row(cell: dict) -> list[str]:
                    fmt(cell["communication_share"], "{:.0%}"),
                    fmt(cell.get("data_wait_share"), "{:.0%}"),
                    fmt(megabytes(cell["allreduce_bytes_per_step"]), "{:.2f}"),
-                   fmt(cell["vs_raw_horovod"]), fmt(cell["horovod_vs_ddp"])]
+                   fmt(cell["vs_raw_horovod"]), fmt(cell["horovod_vs_ddp"]),
+                   fmt(cell.get("vs_balance_off")), outside_label(cell)]
+
+
+def balance_label(cell: dict) -> str:
+    """off, or the mode and the plan it settled on (e.g. dynamic 43/21)."""
+    balance, plan = cell.get("balance", "off"), cell.get("balance_plan")
+    return balance if not plan else f"{balance} {'/'.join(map(str, plan))}"
+
+
+def outside_label(cell: dict) -> str:
+    """The CPU other processes used during the cell, as a share of the machine; `!` flags a
+    cell measured while something else ran (hvdcls.bench.guard.BUSY_SHARE)."""
+    share = cell.get("outside_cpu_share")
+    return "-" if share is None else f"{share:.0%}" + (" !" if cell.get("busy") else "")
 
 
 def data_label(cell: dict) -> str:
@@ -53,8 +68,20 @@ def markdown(report: dict) -> str:
              "allreduce wait: share of the step spent waiting for gradients after backward "
              "(torch backend only); data: memory (one batch reused) or files read through the "
              "loader with N workers per rank; data wait: share of the step blocked waiting for "
-             "the next batch.", "", *tables.markdown(COLUMNS, map(row, report["cells"]))]
+             "the next batch; balance: training.balance and the per-rank batches it settled on"
+             + slow_label(report["spec"]) + "; outside CPU: what processes other than the bench "
+             "used while the cell ran (the worst round), as a share of the machine; `!`: over "
+             f"{BUSY_SHARE:.0%}, so the cell's figures are not to be trusted.", "",
+             *tables.markdown(COLUMNS, map(row, report["cells"]))]
     return "\n".join(lines + sweep_lines(report.get("allreduce_sweep"))) + "\n"
+
+
+def slow_label(spec: dict) -> str:
+    slow = spec.get("slow_rank")
+    if not slow:
+        return ""
+    rank, _, fraction = slow.partition("=")
+    return f" (rank {rank} of every np>1 cell ran with {float(fraction):.0%} of the others' CPU)"
 
 
 def sweep_lines(sweep) -> list[str]:
@@ -102,7 +129,7 @@ def plot(report: dict, path: Path) -> None:
 
     good = [c for c in report["cells"] if "error" not in c]
     labels = [f"{c['runner']}\n{c['backend'][:5]} np{c['np']} {c['compression']}\nb{c['batch_size']} "
-              f"{c['model']}\n{data_label(c)}{wait_label(c)}" for c in good]
+              f"{c['model']}\n{data_label(c)}{wait_label(c)}\n{balance_label(c)}" for c in good]
     medians = [c["images_per_sec"]["median"] for c in good]
     errors = [[m - c["images_per_sec"]["min"] for m, c in zip(medians, good)],
               [c["images_per_sec"]["max"] - m for m, c in zip(medians, good)]]

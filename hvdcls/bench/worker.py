@@ -24,6 +24,9 @@ from hvdcls.data import datasets
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.data.sharding import TrainShards
 from hvdcls.data.transforms import Preprocess
+from hvdcls.training import balance
+
+BALANCE_SETTLE_STEPS = 15  # --balance dynamic: untimed steps for the plan to settle first
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -43,13 +46,18 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data-path", type=Path, help="the ImageFolder root or LMDB file (--data)")
     parser.add_argument("--loader-workers", type=int, default=2)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--balance", default="off", choices=["off", "dynamic"],
+                        help="dynamic: per-rank batches re-planned by speed (training.balance), "
+                        "--batch-size x ranks in all (memory data only)")
     return parser.parse_args(argv)
 
 
 def data_overrides(args: argparse.Namespace) -> list[str]:
     if args.data == "memory":
+        # --balance dynamic holds the global batch: room for up to 64 ranks' (read lazily)
+        samples = args.batch_size * (64 if args.balance == "dynamic" else 1)
         return ["data.name=synthetic", "data.synthetic.num_classes=10",
-                f"data.synthetic.num_samples={max(args.batch_size, 10)}"]
+                f"data.synthetic.num_samples={max(samples, 10)}"]
     # Augmentation stays at its defaults (random-resized crop, flips): the real training input.
     return [f"data.name={args.data}", f"data.path={args.data_path}",
             f"data.workers={args.loader_workers}"]
@@ -73,7 +81,43 @@ def cell_config(args: argparse.Namespace) -> cfg.Config:
         # then), so every timed step compresses and none pays for tracing.
         f"horovod.powersgd.rank={args.powersgd_rank}",
         f"horovod.powersgd.start_iter={max(0, args.warmup - 1)}",
+        f"training.balance={args.balance}",
     ], {})
+
+
+class Feed:
+    """What each step trains on: the next batch of `batches` at weight 1 (equal batches)."""
+
+    def __init__(self, batches):
+        self.batches = batches
+
+    def next(self) -> tuple:
+        return next(self.batches), 1.0
+
+    def done(self, seconds: float, allreduce: float | None) -> None:
+        pass
+
+
+class BalancedFeed(Feed):
+    """--balance dynamic: this rank's slice of one global batch held in memory, as the plan in
+    force sizes it, re-planned from the measured compute (hvdcls.training.balance)."""
+
+    def __init__(self, backend, ctx, config: cfg.Config, whole):
+        settings = balance.settings(config, ctx.size, ctx.device.startswith("cuda"))
+        self.backend, self.whole, self.rank, self.steps = backend, whole, ctx.rank, 0
+        self.rebalancer = balance.Rebalancer(settings, ctx.size, ctx.rank)
+
+    def next(self) -> tuple:
+        plan = self.rebalancer.plan
+        start, size = sum(plan.batches[:self.rank]), plan.batches[self.rank]
+        images, labels = self.whole
+        return (images[start:start + size], labels[start:start + size]), plan.weight(self.rank)
+
+    def done(self, seconds: float, allreduce: float | None) -> None:
+        self.steps += 1
+        self.rebalancer.after_step(1, seconds, allreduce,
+                                   lambda mine: self.backend.allgather_object(mine, "balance.speeds"),
+                                   self.steps)
 
 
 def fixed_batch(config: cfg.Config, backend, batch_size: int):
@@ -93,27 +137,29 @@ def real_batches(config: cfg.Config, backend, ctx, data: Data) -> LoaderWait:
                                                  config.data.workers))
 
 
-def timed_steps(backend, batches, steps: int) -> tuple[float, float | None]:
+def timed_steps(backend, feed: Feed, steps: int) -> tuple[float, float | None]:
     """(seconds, seconds waiting for the all-reduce or None) over `steps` training steps, each
-    on the next batch of `batches` (the wait for it counts: it is part of the step)."""
+    on the feed's next batch (the wait for it counts: it is part of the step)."""
     waits: list[float | None] = []
     started = time.perf_counter()
     for _ in range(steps):
-        batch = next(batches)
-        float(backend.train_step([batch], 0.01).loss)  # the value: wait for the step to finish
+        batch, weight = feed.next()
+        step_started = time.perf_counter()
+        float(backend.train_step([batch], 0.01, weight).loss)  # the value: wait for the step to finish
         waits.append(backend.allreduce_wait_seconds())
+        feed.done(time.perf_counter() - step_started, waits[-1])
     seconds = time.perf_counter() - started
     return seconds, (None if any(w is None for w in waits) else sum(waits))
 
 
-def measured_reps(backend, batches, args: argparse.Namespace, data_wait: LoaderWait | None):
+def measured_reps(backend, feed: Feed, args: argparse.Namespace, data_wait: LoaderWait | None):
     """[(seconds, all-reduce wait, data wait or None)] per repetition, after the warm-up."""
-    timed_steps(backend, batches, args.warmup)
+    timed_steps(backend, feed, args.warmup)
     reps = []
     if data_wait is not None:
         data_wait.take()  # the warm-up's waits (loader start-up) are not measured
     for _ in range(args.reps):
-        seconds, allreduce = timed_steps(backend, batches, args.steps)
+        seconds, allreduce = timed_steps(backend, feed, args.steps)
         reps.append((seconds, allreduce, None if data_wait is None else data_wait.take()))
     return reps
 
@@ -128,16 +174,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.data == "memory":
         info = backend.build(config, 10)
         data_wait = None
-        batches = itertools.repeat(fixed_batch(config, backend, args.batch_size))
+        if args.balance == "dynamic":
+            whole = fixed_batch(config, backend, args.batch_size * ctx.size)
+            feed: Feed = BalancedFeed(backend, ctx, config, whole)
+        else:
+            feed = Feed(itertools.repeat(fixed_batch(config, backend, args.batch_size)))
     else:
         data = datasets.open_data(config)
         info = backend.build(config, data.num_classes)
         data_wait = real_batches(config, backend, ctx, data)
-        batches = iter(data_wait)
-    reps = measured_reps(backend, batches, args, data_wait)
+        feed = Feed(iter(data_wait))
+    if args.balance == "dynamic":  # the plan settles before timing starts
+        timed_steps(backend, feed, BALANCE_SETTLE_STEPS)
+    reps = measured_reps(backend, feed, args, data_wait)
     if ctx.is_main:
-        fileio.write_json_atomic(args.out, result(args, ctx, info, settings, reps,
-                                                  (backend.communication() or {}).get("bytes_per_step")))
+        out = result(args, ctx, info, settings, reps, (backend.communication() or {}).get("bytes_per_step"))
+        if isinstance(feed, BalancedFeed):
+            out["balance"] = feed.rebalancer.balancer.summary()
+        fileio.write_json_atomic(args.out, out)
     return 0
 
 

@@ -13,6 +13,7 @@ keeps the reduced accuracy exact: sum of correct over ranks / sum of counts over
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -60,6 +61,37 @@ class TrainShards:
         """This rank's micro-batches for `epoch`: steps_per_epoch x backward_passes of them."""
         mine = self.indices(epoch)
         return [mine[i:i + self.batch_size] for i in range(0, len(mine), self.batch_size)]
+
+
+@dataclass(frozen=True)
+class BalancedShards(TrainShards):
+    """TrainShards with per-rank batch sizes (training.balance): the same steps per epoch and
+    the same samples in each step as equal batches would give, split between the ranks at the
+    plan's offsets instead of round-robin. Step s, pass p covers entries (s*P + p)*B ..
+    (s*P + p + 1)*B of the epoch's padded permutation (B: the global batch per pass); rank r
+    takes the `batches[r]` entries after the `batches[:r]` ones. Any plan, any step: together
+    the ranks read each entry of the step once, so a plan can change at any step boundary."""
+
+    def global_batch(self) -> int:
+        return self.batch_size * self.world_size
+
+    def padded_order(self, epoch: int) -> np.ndarray:
+        order = epoch_permutation(self.num_samples, self.seed, epoch)
+        return np.resize(order, self.samples_per_rank * self.world_size)  # as TrainShards
+
+    def balanced_batches(self, epoch: int, batches: tuple, first_step: int,
+                         stop_step: Optional[int] = None) -> list[np.ndarray]:
+        """This rank's micro-batches for steps first_step .. stop_step-1 under `batches`
+        (per-rank sizes summing to the global batch)."""
+        if len(batches) != self.world_size or sum(batches) != self.global_batch():
+            raise ValueError(f"plan {batches} does not split {self.global_batch()} over "
+                             f"{self.world_size} ranks")
+        order = self.padded_order(epoch)
+        stop = self.steps_per_epoch if stop_step is None else stop_step
+        offset, size, total = sum(batches[:self.rank]), batches[self.rank], self.global_batch()
+        starts = (k * total + offset for k in range(first_step * self.backward_passes,
+                                                    stop * self.backward_passes))
+        return [order[start:start + size] for start in starts]
 
 
 @dataclass(frozen=True)

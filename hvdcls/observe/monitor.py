@@ -73,6 +73,10 @@ class EpochRecord:
     allreduce_bytes_per_step: Optional[float]  # None: the backend does not count
     ema_val_loss: Optional[float] = None  # the model EMA's (training.ema_decay); None: no EMA
     ema_val_accuracy: Optional[float] = None
+    # training.balance: per-rank batches in force at the epoch's end, and the smoothed speeds
+    # (images/s) that chose them; None with balance=off (and speeds with balance=fixed)
+    balance_batches: Optional[list] = None
+    balance_speeds: Optional[list] = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -99,6 +103,9 @@ class Sink:
 
     def note(self, message: str) -> None:
         pass
+
+    def balance(self, batches: list[int], speeds: list[float]) -> None:
+        """A new balancing plan: per-rank batches, and the speeds behind them (may be empty)."""
 
     def finish(self) -> None:
         """The run ended normally (not called when it failed)."""
@@ -129,6 +136,10 @@ class Monitor:
     def note(self, message: str) -> None:
         for sink in self.sinks:
             sink.note(message)
+
+    def balance(self, batches: list[int], speeds: list[float]) -> None:
+        for sink in self.sinks:
+            sink.balance(batches, speeds)
 
     def finish(self) -> None:
         for sink in self.sinks:

@@ -43,11 +43,21 @@ class RunState:
     train_accuracy: Optional[float] = None
     val_accuracy: Optional[float] = None
     done: bool = False
+    balance_batches: Optional[list] = None  # training.balance: per rank
+    balance_speeds: Optional[list] = None
 
 
 def one(field_name: str) -> list[tuple[str, dict]]:
     return [(field_name, {})]
 
+
+# Per-rank gauges (label rank), from RunState lists: (name, help, RunState field)
+PER_RANK = [
+    ("balance_batch", "training.balance: this rank's batch per backward pass in the plan in force",
+     "balance_batches"),
+    ("balance_speed", "training.balance: this rank's smoothed compute speed, images/s",
+     "balance_speeds"),
+]
 
 # (name as exposed, type, help, [(RunState field, extra labels), ...])
 METRICS = [
@@ -106,8 +116,21 @@ class RunCollector:
                 if value is not None:
                     family.add_metric([*self.labels.values(), *(labels[k] for k in extra)], float(value))
             yield family
+        yield from self.per_rank()
         if done:
             self.scraped_when_done.set()
+
+
+    def per_rank(self) -> Iterator:
+        from prometheus_client.core import GaugeMetricFamily
+
+        for name, help_text, field_name in PER_RANK:
+            values = getattr(self.state, field_name)
+            if values:  # absent until a plan exists (balance=off: never)
+                family = GaugeMetricFamily(PREFIX + name, help_text, labels=[*self.labels, "rank"])
+                for rank, value in enumerate(values):
+                    family.add_metric([*self.labels.values(), str(rank)], float(value))
+                yield family
 
 
 class PrometheusSink(Sink):
@@ -158,6 +181,9 @@ class PrometheusSink(Sink):
         s.train_accuracy, s.val_accuracy = record["train_accuracy"], record["val_accuracy"]
         s.val_loss = record["val_loss"]
         s.images_per_second = record["images_per_sec"]
+
+    def balance(self, batches: list[int], speeds: list[float]) -> None:
+        self.state.balance_batches, self.state.balance_speeds = list(batches), list(speeds)
 
     def finish(self) -> None:
         """Mark the run done; with output.metrics_linger_seconds, keep serving until one more

@@ -10,6 +10,9 @@ Each hook is inert unless its environment variable is set; nobody sets them outs
                                         itself whole (SIGSTOP) before training step STEP of its
                                         first epoch, as a host that vanished would; the test
                                         kills it
+    HVDCLS_TEST_SLOW=RANK:FACTOR        rank RANK computes FACTOR times slower: after each training
+                                        step it sleeps (FACTOR - 1) x the step's compute time
+                                        (a slow rank for training.balance, without root)
     HVDCLS_TEST_HOLD_CHECKPOINT=EPOCH   the writer of checkpoint EPOCH stops inside the write,
                                         once the backend's files are in the temporary directory
                                         and before the rename; it creates HELD_MARKER there and
@@ -29,6 +32,7 @@ from typing import Iterable, Iterator
 
 STALL = "HVDCLS_TEST_STALL"
 FREEZE = "HVDCLS_TEST_FREEZE"
+SLOW = "HVDCLS_TEST_SLOW"
 HOLD_CHECKPOINT = "HVDCLS_TEST_HOLD_CHECKPOINT"
 HELD_MARKER = "test-hook-held"
 HOLD_SECONDS = 300
@@ -69,6 +73,16 @@ def freeze_point(rank: int, step: int, first_epoch: bool) -> None:
         print(f"hvdcls: test hook: rank {rank} stops itself (SIGSTOP) before step {step}",
               file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def slow_point(rank: int, compute_seconds: float) -> None:
+    """Called after every training step; stretches rank RANK's compute when HVDCLS_TEST_SLOW is set."""
+    wanted = os.environ.get(SLOW)
+    if not wanted:
+        return
+    slow_rank, _, factor = wanted.partition(":")
+    if rank == int(slow_rank):
+        time.sleep(max(float(factor) - 1.0, 0.0) * compute_seconds)
 
 
 def checkpoint_point(epoch: int, tmp: Path) -> None:

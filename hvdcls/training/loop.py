@@ -20,11 +20,11 @@ from hvdcls.backend import Backend, Context, Sums, add
 from hvdcls.config import Config
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.data.mixing import BatchMix
-from hvdcls.data.sharding import TrainShards, eval_batches
+from hvdcls.data.sharding import BalancedShards, TrainShards, eval_batches
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
 from hvdcls.observe.monitor import EpochRecord, LossReads, Monitor, RunInfo, StepSample
-from hvdcls.training import checkpoint, ema, faults, schedule
+from hvdcls.training import balance, checkpoint, ema, faults, schedule
 from hvdcls.training.outputs import RunOutputs
 from hvdcls.training.profiling import StepProfiler
 from hvdcls.training.watchdog import (ALLREDUCE, CHECKPOINTING, COMPUTING, EPOCH_COLLECTIVES,
@@ -100,6 +100,12 @@ class Tally:
     def add(self, sums: Sums, lr: float) -> None:
         self.total, self.steps, self.lr = add(self.total, sums), self.steps + 1, lr
 
+    def merge(self, later: "Tally") -> None:
+        """Fold in a tally of the steps that followed (balancing: one per plan in force)."""
+        if later.steps:
+            self.total, self.lr = add(self.total, later.total), later.lr
+            self.steps += later.steps
+
     def seconds(self) -> float:
         return time.perf_counter() - self.started
 
@@ -120,9 +126,10 @@ class StepHook:
 
 def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seconds: float,
                  epoch_seconds: float, times: EpochTimes, world_size: int,
-                 steps: int, ema_val: Optional[Reduced] = None) -> EpochRecord:
-    """One epoch's line of metrics.jsonl from its reduced metrics and rank 0's timings
-    (and the model EMA's validation, where there is one)."""
+                 steps: int, ema_val: Optional[Reduced] = None,
+                 plan: Optional[balance.Plan] = None) -> EpochRecord:
+    """One epoch's line of metrics.jsonl from its reduced metrics and rank 0's timings (and
+    the model EMA's validation, and the balancer's plan in force, where there are ones)."""
     allreduce_share = None if times.allreduce is None else times.allreduce / train_seconds
     return EpochRecord(
         epoch=epoch + 1, train_loss=train.loss, train_accuracy=train.accuracy, val_loss=val.loss,
@@ -133,7 +140,9 @@ def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seco
         step_seconds=times.step, allreduce_wait_seconds=times.allreduce,
         allreduce_share=allreduce_share, allreduce_bytes_per_step=times.bytes_per_step,
         ema_val_loss=ema_val.loss if ema_val else None,
-        ema_val_accuracy=ema_val.accuracy if ema_val else None)
+        ema_val_accuracy=ema_val.accuracy if ema_val else None,
+        balance_batches=None if plan is None else list(plan.batches),
+        balance_speeds=None if plan is None or plan.speeds is None else [round(v, 3) for v in plan.speeds])
 
 
 def sent_bytes(backend: Backend) -> Optional[tuple]:
@@ -158,8 +167,13 @@ class Trainer:
         backend.allreduce_wait_hook = lambda: self.phases.enter(ALLREDUCE)
         self.step_phase = COMPUTING if backend.marks_allreduce_wait else IN_STEP
         self.passes = config.horovod.backward_passes_per_step
-        self.shards = TrainShards(len(data.train), ctx.size, ctx.rank, config.training.batch_size,
-                                  self.passes, config.training.seed)
+        balancing = balance.settings(config, ctx.size, ctx.device.startswith("cuda"))
+        shards = TrainShards if balancing.mode == "off" else BalancedShards
+        self.shards = shards(len(data.train), ctx.size, ctx.rank, config.training.batch_size,
+                             self.passes, config.training.seed)
+        # training.balance: the plan in force, re-planned from measured compute when dynamic
+        self.rebalancer = (None if balancing.mode == "off"
+                           else balance.Rebalancer(balancing, ctx.size, ctx.rank))
         self.lr_at = schedule.build(config.optimizer, config.schedule, world_size=ctx.size,
                                     backward_passes=self.passes,
                                     steps_per_epoch=self.shards.steps_per_epoch,
@@ -179,6 +193,10 @@ class Trainer:
         self.monitor.start(RunInfo(self.ctx.backend, self.config.model.name, self.data.name,
                                    self.ctx.size, self.config.training.epochs,
                                    self.shards.steps_per_epoch, start_epoch))
+        if self.rebalancer is not None:  # resume too: a new run plans afresh
+            plan = self.rebalancer.plan
+            self.monitor.note(balance.describe(plan, self.ctx.size))
+            self.monitor.balance(list(plan.batches), list(plan.speeds or []))
 
     def run(self, start_epoch: int, history: list[EpochRecord]) -> list[EpochRecord]:
         """Epochs start_epoch+1 .. epochs; returns the records of every epoch of the run."""
@@ -195,15 +213,50 @@ class Trainer:
     def train_epoch(self, epoch: int) -> tuple[Reduced, float, float, EpochTimes]:
         """One pass over this rank's shard; returns (reduced metrics, seconds, last lr, times)."""
         self.backend.seed(epoch_seed(self.config.training.seed, epoch, self.ctx.rank))
-        batches = self.epoch_batches(epoch, self.shards.batches(epoch))
         steps = self.shards.steps_per_epoch
         times = EpochTimes(sent_before=sent_bytes(self.backend))
-        tally = self.run_steps(epoch, batches, 0, lambda i: self.lr_at(epoch * steps + i), times)
+        lr_at = lambda i: self.lr_at(epoch * steps + i)  # noqa: E731
+        if self.rebalancer is None:
+            batches = self.epoch_batches(epoch, self.shards.batches(epoch))
+            tally = self.run_steps(epoch, batches, 0, lr_at, times)
+        else:
+            tally = self.run_balanced(epoch, lr_at, times)
         seconds = tally.seconds()
         times.close(sent_bytes(self.backend))
         self.phases.enter(EPOCH_COLLECTIVES)
         reduced = self.backend.allreduce_sum(as_floats(tally.total), f"train_metrics.{epoch}")
         return Reduced.from_sums(reduced), seconds, tally.lr, times
+
+    def run_balanced(self, epoch: int, lr_at: Callable[[int], float], times: EpochTimes) -> Tally:
+        """The epoch's steps under the balancer's plans: one loader per plan in force, as a
+        new plan changes what every later step reads (at a step boundary, on every rank)."""
+        tally, step = Tally(), 0
+        while step < self.shards.steps_per_epoch:
+            indices = self.shards.balanced_batches(epoch, self.rebalancer.plan.batches, step)
+            segment = self.run_steps(epoch, self.epoch_batches(epoch, indices), step,
+                                     lambda i, first=step: lr_at(first + i), times)
+            tally.merge(segment)
+            step += segment.steps
+        return tally
+
+    def rebalanced(self, epoch: int, sample: StepSample) -> bool:
+        """Dynamic balancing, after each step: count this rank's compute; when an exchange is
+        due, gather every rank's and maybe adopt a new plan. True: the plan changed, the
+        loader's batches are stale (the same answer on every rank)."""
+        if self.rebalancer is None:
+            return False
+        new = self.rebalancer.after_step(
+            self.passes, sample.seconds, sample.allreduce,
+            lambda mine: self.backend.allgather_object(mine, "balance.speeds"),
+            epoch * self.shards.steps_per_epoch + sample.step + 1)
+        if new is None:
+            return False
+        self.monitor.note(balance.describe(new, self.ctx.size))
+        self.monitor.balance(list(new.batches), list(new.speeds or []))
+        return True
+
+    def grad_weight(self) -> float:
+        return 1.0 if self.rebalancer is None else self.rebalancer.plan.weight(self.ctx.rank)
 
     def epoch_batches(self, epoch: int, indices: list) -> EpochBatches:
         """This rank's training micro-batches `indices` of `epoch`, read and augmented."""
@@ -237,6 +290,8 @@ class Trainer:
             self.monitor.step(timed.sample)
             self.phases.step_done(step)
             hook.after_step(tally)
+            if self.rebalanced(epoch, timed.sample):
+                break  # the plan changed: the next steps read from a new loader
             self.phases.enter(READING, step + 1)
         return tally
 
@@ -245,7 +300,9 @@ class Trainer:
         if self.profiler:
             self.profiler.before_step(epoch, step)
         started = time.perf_counter()
-        sums = self.backend.train_step(micro, lr)
+        sums = self.backend.train_step(micro, lr, self.grad_weight())
+        compute = time.perf_counter() - started - (self.backend.allreduce_wait_seconds() or 0.0)
+        faults.slow_point(self.ctx.rank, compute)  # inert outside tests
         seconds = time.perf_counter() - started
         if self.profiler:
             self.profiler.after_step(epoch, step)
@@ -270,7 +327,7 @@ class Trainer:
                 ema_val = self.evaluate()
         seconds = train_seconds if started is None else time.perf_counter() - started
         record = epoch_record(epoch, train, val, lr, train_seconds, seconds, times,
-                              self.ctx.size, steps, ema_val)
+                              self.ctx.size, steps, ema_val, self.rebalancer and self.rebalancer.plan)
         self.phases.enter(RECORDING)
         self.outputs.add_epoch(record)
         self.monitor.epoch(record, self.outputs.history)

@@ -27,7 +27,7 @@ from hvdcls.data import bad_files, datasets
 from hvdcls.data.sources import Data
 from hvdcls.errors import JobStopped, UserError
 from hvdcls.observe.monitor import EpochRecord, Monitor, Sink
-from hvdcls.training import checkpoint, elastic, watchdog
+from hvdcls.training import balance, checkpoint, elastic, watchdog
 from hvdcls.training.loop import Trainer
 from hvdcls.training.outputs import EVAL_FILE, RunOutputs, default_run_dir
 
@@ -97,6 +97,7 @@ def train(config: cfg.Config, backend_name: str) -> dict:
     job = Job(config, backend_name, backend, data, num_classes, horovod_settings, started)
     ctx = backend.init(config)
     check_controller(config, ctx)
+    balance.settings(config, ctx.size, ctx.device.startswith("cuda"))  # bad plans: before any work
     kind: RunKind = ElasticRun() if config.training.elastic else PlainRun()
     dog = kind.start_watchdog(job, ctx)
     try:
@@ -221,7 +222,8 @@ class PlainRun(RunKind):
         with horovod_shutdown(ctx, dog):
             trainer = Trainer(job.config, job.backend, ctx, job.data, outputs, monitor, dog.phases)
             history = trainer.run(start_epoch, history)
-        return Ended(ctx, outputs, history, {})
+        extra = {"balance": trainer.rebalancer.balancer.summary()} if trainer.rebalancer else {}
+        return Ended(ctx, outputs, history, extra)
 
     def details(self, summary: dict) -> str:
         return f"(best {summary['best_val_accuracy']:.4f}), {summary['images_per_sec']:.1f} img/s"

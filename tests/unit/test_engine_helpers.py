@@ -91,7 +91,8 @@ RECORD_KEYS = {"epoch", "train_loss", "train_accuracy", "val_loss", "val_accurac
                "images_per_sec", "train_images", "val_images", "train_seconds", "epoch_seconds",
                "world_size", "steps", "data_wait_seconds", "data_wait_share", "step_seconds",
                "allreduce_wait_seconds", "allreduce_share", "allreduce_bytes_per_step",
-               "ema_val_loss", "ema_val_accuracy"}
+               "ema_val_loss", "ema_val_accuracy",
+               "balance_batches", "balance_speeds"}
 
 
 def test_epoch_record_is_the_metrics_line():
@@ -123,7 +124,7 @@ class CountingBackend:
     def loader(self, batches, workers):
         return iter(batches)
 
-    def train_step(self, micro, lr):
+    def train_step(self, micro, lr, weight=1.0):
         self.phases_seen.append(self.phases.where.phase)
         self.allreduce_wait_hook()
         self.phases_seen.append(self.phases.where.phase)

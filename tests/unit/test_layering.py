@@ -20,7 +20,7 @@ ALLOWED = {
     "hvdcls.observe": {CORE},
     "hvdcls.checks": {CORE},
     "hvdcls.training": {CORE, "hvdcls.data", "hvdcls.observe"},
-    "hvdcls.bench": {CORE, "hvdcls.data"},
+    "hvdcls.bench": {CORE, "hvdcls.data", "hvdcls.training"},  # training.balance's planner
     # The service launches `hvdcls train` as processes: it never imports training or a framework.
     "hvdcls.serve": {CORE},
     # Backends implement the contract over the data's batches; never the loop nor the bench.

@@ -98,3 +98,15 @@ def test_linger_ends_with_the_first_scrape_after_done(sink):
     assert scrape(sink)[key("hvdcls_training_done")] == 1
     finished.join(timeout=60)
     assert not finished.is_alive()
+
+
+def test_the_balancing_plan_is_a_gauge_per_rank_and_absent_without_one(sink):
+    assert not any(name.startswith("hvdcls_balance") for name, _ in scrape(sink))
+    sink.balance([43, 21], [320.0, 160.0])
+    got = scrape(sink)
+    assert got[key("hvdcls_balance_batch", rank="0")] == 43 and got[key("hvdcls_balance_batch", rank="1")] == 21
+    assert got[key("hvdcls_balance_speed", rank="1")] == 160.0
+    sink.balance([32, 32], [])  # a fixed plan: batches, no measured speeds
+    got = scrape(sink)
+    assert got[key("hvdcls_balance_batch", rank="1")] == 32
+    assert not any(name == "hvdcls_balance_speed" for name, _ in got)

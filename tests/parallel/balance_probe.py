@@ -1,0 +1,87 @@
+"""Run under horovodrun -np 2 by test_balance.py: with unequal per-rank batches (training.balance)
+two optimizer steps must give what one process gives on the whole global batch.
+
+    python -m tests.parallel.balance_probe BACKEND OUT_DIR   (on every rank)
+
+Per case, two backends are built from the same initial state: `balanced`, where rank r trains
+on its slice of each global micro-batch with the gradient weight 2 x b_r / B, and `whole`, where
+every rank trains on the whole global batch with plain batch norm (both ranks all-reduce the same
+gradient, so its average is the single-process gradient). Each case uses SyncBN on the balanced
+side, which must weight the statistics by counts. Writes OUT_DIR/rank-N.json: per case the
+largest weight difference and this rank's digest of the balanced weights.
+"""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from hvdcls import config as cfg, registry
+from hvdcls.backend import weights_digest
+from hvdcls.training.balance import Plan
+
+SIDE, CLASSES, GLOBAL = 16, 10, 16
+PLANS = [(4, 12), (10, 6)]  # the plan of step 1, then of step 2 (a re-plan in between)
+CASES = {  # name: (overrides, tolerance)
+    "sync_bn": ([], 1e-5),
+    # two passes per step, reduced by PowerSGD's warm-up (plain averages of its own)
+    "accumulation_powersgd": (["horovod.backward_passes_per_step=2", "horovod.compression=powersgd"], 1e-5),
+    "fp16": (["horovod.compression=fp16"], 1e-3),  # float16 on the wire: rounding
+}
+
+
+def make_config(overrides: list, sync_bn: bool) -> cfg.Config:
+    return cfg.load(overrides=["training.batch_size=8", f"data.image_size={SIDE}", "optimizer.lr=0.05",
+                               f"horovod.sync_bn={str(sync_bn).lower()}", *overrides])
+
+
+def global_batches(passes: int, step: int) -> list:
+    rng = np.random.default_rng(step)
+    return [(rng.standard_normal((GLOBAL, SIDE, SIDE, 3)).astype(np.float32),
+             rng.integers(0, CLASSES, GLOBAL).astype(np.int64)) for _ in range(passes)]
+
+
+def build(backend_name: str, config: cfg.Config):
+    backend = registry.create_backend(backend_name)
+    ctx = backend.init(config)
+    backend.seed(0)
+    backend.build(config, CLASSES)
+    return backend, ctx
+
+
+def as_tensors(backend, batches: list) -> list:
+    return list(backend.loader(batches, 0))
+
+
+def run_case(backend_name: str, overrides: list, out: Path, name: str) -> tuple[int, float, str]:
+    """(rank, largest weight difference balanced vs whole, digest of the balanced weights)"""
+    balanced, ctx = build(backend_name, make_config(overrides, True))
+    whole, _ = build(backend_name, make_config(overrides, False))
+    initial = out / f"initial-{name}-{ctx.rank}"
+    initial.mkdir()
+    balanced.save(initial)
+    whole.load(initial)  # both sides start from the same weights and optimizer state
+    passes = make_config(overrides, True).horovod.backward_passes_per_step
+    for step, batches in enumerate(PLANS):
+        plan = Plan(batches)
+        start, size = sum(batches[:ctx.rank]), batches[ctx.rank]
+        everything = global_batches(passes, step)
+        mine = [(x[start:start + size], y[start:start + size]) for x, y in everything]
+        balanced.train_step(as_tensors(balanced, mine), 0.05, plan.weight(ctx.rank))
+        whole.train_step(as_tensors(whole, everything), 0.05, 1.0)
+    ours, theirs = list(balanced.weights().values()), list(whole.weights().values())
+    assert len(ours) == len(theirs)
+    difference = max(float(np.abs(a - b).max()) for a, b in zip(ours, theirs))
+    return ctx.rank, difference, weights_digest(dict(zip(map(str, range(len(ours))), ours)))
+
+
+def main(backend_name: str, out: Path) -> None:
+    report, rank = {}, 0
+    for name, (overrides, tolerance) in CASES.items():
+        rank, difference, digest = run_case(backend_name, overrides, out, name)
+        report[name] = {"difference": difference, "digest": digest, "tolerance": tolerance}
+    (out / f"rank-{rank}.json").write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]))
