@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("hvdcls", "torch_backend", "tf_backend")
 CORE = "hvdcls"  # the modules at hvdcls/'s top level: contract, config, errors, registry, ...
+CORE_PACKAGES = {"hvdcls.config"}  # packages that are part of the core (one concern, split in files)
 
 # Each layer may import these layers (and itself). Entry points (cli, __main__) reach the
 # rest through importlib by name, so they obey the core's rule like any other top module.
@@ -85,7 +86,7 @@ def graph() -> dict[str, set[str]]:
 def test_every_package_is_placed_in_a_layer():
     for name in modules():
         if name.startswith("hvdcls.") and name.count(".") >= 1 and (ROOT / name.replace(".", "/")).is_dir():
-            assert name in ALLOWED, f"new package {name}: give it a row in ALLOWED"
+            assert name in ALLOWED or name in CORE_PACKAGES, f"new package {name}: give it a row in ALLOWED"
 
 
 def test_imports_point_down_the_layers(graph):

@@ -1,0 +1,198 @@
+"""The checks on a whole Config that its types cannot express: ranges, choices of a Config
+made in code, and the keys that depend on each other; one line naming the key on failure."""
+from __future__ import annotations
+
+import typing
+from typing import Any, Literal
+
+from hvdcls.config.schema import (Config, DataConfig, HorovodConfig, ScheduleConfig,
+                                  TrainingConfig)
+from hvdcls.errors import UserError
+
+def _choices(cls: type, prefix: str = "") -> dict[str, tuple[str, ...]]:
+    """{dotted key: allowed values} of every Literal-typed field under the dataclass `cls`."""
+    out: dict[str, tuple[str, ...]] = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        if typing.get_origin(hint) is Literal:
+            out[prefix + name] = typing.get_args(hint)
+        elif isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
+            out.update(_choices(hint, f"{prefix}{name}."))
+    return out
+
+
+# The keys with a fixed set of values, read from the field types (OmegaConf checks them on merge).
+CHOICES = _choices(Config)
+POSITIVE = ("data.image_size", "data.synthetic.num_samples", "data.synthetic.num_classes",
+            "training.epochs", "training.batch_size", "training.log_every", "training.commit_every",
+            "training.ema_steps",
+            "horovod.backward_passes_per_step", "output.keep_checkpoints", "schedule.step_size",
+            "horovod.powersgd.rank", "training.balancing.min_batch", "training.balancing.every")
+NON_NEGATIVE = ("data.workers", "optimizer.lr", "optimizer.momentum", "optimizer.weight_decay",
+                "schedule.min_lr_factor", "data.mixup_alpha", "data.cutmix_alpha", "output.checkpoint_every",
+                "training.label_smoothing", "training.seed", "training.profile_steps",
+                "training.stall_timeout_seconds",
+                "output.metrics_linger_seconds", "horovod.stall_check_seconds",
+                "horovod.stall_shutdown_seconds", "horovod.powersgd.start_iter")
+OPTIONAL_NON_NEGATIVE = ("schedule.warmup_epochs",)
+OPTIONAL_POSITIVE = ("model.num_classes", "training.grad_clip_norm", "training.threads",
+                     "horovod.fusion_threshold_mb", "horovod.cycle_time_ms",
+                     "training.balancing.max_batch", "training.balancing.quantum")
+
+
+def get(config: Config, dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def validate(config: Config) -> None:
+    """Every check that needs no data and no framework; one line naming the key on failure."""
+    for key, allowed in CHOICES.items():  # a Config made in code, not by load()
+        if get(config, key) not in allowed:
+            raise not_a_choice(key, get(config, key))
+    for key in POSITIVE:
+        _check(key, get(config, key), lambda v: v > 0, "must be > 0")
+    for key in NON_NEGATIVE:
+        _check(key, get(config, key), lambda v: v >= 0, "must be >= 0")
+    for key in OPTIONAL_POSITIVE:
+        value = get(config, key)
+        if value is not None:
+            _check(key, value, lambda v: v > 0, "must be > 0 (or null)")
+    for key in OPTIONAL_NON_NEGATIVE:
+        value = get(config, key)
+        if value is not None:
+            _check(key, value, lambda v: v >= 0, "must be >= 0 (or null)")
+    _validate_data(config.data)
+    _validate_stall(config.horovod)
+    _validate_schedule(config.schedule, config.training.epochs)
+    _validate_balancing(config)
+    if not 0 <= config.optimizer.momentum < 1:
+        raise UserError(f"config optimizer.momentum={config.optimizer.momentum}: must be in [0, 1)")
+    if config.optimizer.nesterov and config.optimizer.momentum == 0:
+        raise UserError("config optimizer.nesterov=true needs optimizer.momentum > 0")
+    if config.training.eval_only and not config.training.resume:
+        raise UserError("config training.eval_only=true needs a checkpoint to evaluate: --resume PATH")
+    if config.training.elastic and config.training.eval_only:
+        raise UserError("config training.elastic=true with training.eval_only=true: evaluation "
+                        "alone has nothing to recover, drop training.elastic")
+    port = config.output.metrics_port
+    if port is not None and not 0 <= port <= 65535:
+        raise UserError(f"config output.metrics_port={port}: a TCP port in [0, 65535] (0: any free port)")
+    if config.horovod.powersgd.min_compression_rate < 1:
+        raise UserError(f"config horovod.powersgd.min_compression_rate="
+                        f"{config.horovod.powersgd.min_compression_rate}: must be >= 1")
+    if config.horovod.compression == "powersgd" and config.horovod.op == "adasum":
+        raise UserError("config horovod.compression=powersgd averages P and Q: it cannot be combined "
+                        "with horovod.op=adasum")
+    if config.horovod.compression == "powersgd" and config.training.elastic:
+        # A worker that joins after a reset would start from another Q and no error feedback.
+        raise UserError("config horovod.compression=powersgd with training.elastic=true: the "
+                        "PowerSGD state is not part of the elastic state yet; use one or the other")
+    _validate_ema(config.training)
+    if not 0 <= config.training.label_smoothing < 1:
+        raise UserError(f"config training.label_smoothing={config.training.label_smoothing}: "
+                        "must be in [0, 1)")
+
+
+def _validate_ema(training: TrainingConfig) -> None:
+    decay = training.ema_decay
+    if decay is None:
+        return
+    if not 0 < decay < 1:
+        raise UserError(f"config training.ema_decay={decay}: must be in (0, 1) (or null: no EMA)")
+    if training.elastic:
+        raise UserError("config training.ema_decay with training.elastic=true: the EMA weights are "
+                        "not part of the elastic state yet; use one or the other")
+
+
+def not_a_choice(key: str, value: Any) -> UserError:
+    return UserError(f"config {key}={value!r}: choose one of {', '.join(CHOICES[key])}")
+
+
+def _check(key: str, value: Any, ok, why: str) -> None:
+    if not ok(value):
+        raise UserError(f"config {key}={value!r}: {why}")
+
+
+def _validate_data(data: DataConfig) -> None:
+    if data.name in ("digits", "synthetic") and data.path:
+        raise UserError(f"config data.path={data.path!r} is set but data.name={data.name!r} "
+                        "uses no path: drop one (data.name=auto detects the format of a path)")
+    if data.name in ("imagefolder", "lmdb") and not data.path:
+        raise UserError(f"config data.name={data.name!r} needs data.path")
+    if not 0 < data.val_fraction < 1:
+        raise UserError(f"config data.val_fraction={data.val_fraction}: must be in (0, 1)")
+    if not 0 < data.eval_crop <= 1:
+        raise UserError(f"config data.eval_crop={data.eval_crop}: must be in (0, 1]")
+    for key, values in (("data.mean", data.mean), ("data.std", data.std)):
+        if len(values) != 3:
+            raise UserError(f"config {key}={list(values)}: needs 3 values (R, G, B)")
+    if min(data.std) <= 0:
+        raise UserError(f"config data.std={list(data.std)}: values must be > 0")
+    scale, ratio = data.augment.scale, data.augment.ratio
+    if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
+        raise UserError(f"config data.augment.scale={list(scale)}: needs [low, high] in (0, 1]")
+    if len(ratio) != 2 or not 0 < ratio[0] <= ratio[1]:
+        raise UserError(f"config data.augment.ratio={list(ratio)}: needs [low, high], 0 < low <= high")
+    aug = data.augment
+    for key, value in (("augment.hflip", aug.hflip), ("augment.random_erase", aug.random_erase),
+                       ("mix_switch_prob", data.mix_switch_prob)):
+        if value is not None and not 0 <= value <= 1:
+            raise UserError(f"config data.{key}={value}: a probability in [0, 1]")
+    if not 0 <= aug.magnitude <= 30:
+        raise UserError(f"config data.augment.magnitude={aug.magnitude}: must be in [0, 30]")
+    if not 1 <= aug.num_ops <= 14:
+        raise UserError(f"config data.augment.num_ops={aug.num_ops}: must be in [1, 14]")
+
+
+def _validate_stall(horovod: HorovodConfig) -> None:
+    check, shutdown = horovod.stall_check_seconds, horovod.stall_shutdown_seconds
+    if shutdown and not check:
+        raise UserError(f"config horovod.stall_shutdown_seconds={shutdown} needs the stall check: "
+                        "horovod.stall_check_seconds > 0")
+    if shutdown and shutdown < check:
+        raise UserError(f"config horovod.stall_shutdown_seconds={shutdown}: must be >= "
+                        f"horovod.stall_check_seconds={check} (or 0: never)")
+
+
+def _validate_schedule(schedule: ScheduleConfig, epochs: int) -> None:
+    if schedule.warmup_epochs is not None and schedule.warmup_epochs >= epochs and schedule.warmup_epochs > 0:
+        raise UserError(f"config schedule.warmup_epochs={schedule.warmup_epochs}: must be shorter "
+                        f"than training.epochs={epochs}")
+    if not 0 < schedule.warmup_start_factor <= 1:
+        raise UserError(f"config schedule.warmup_start_factor={schedule.warmup_start_factor}: "
+                        "must be in (0, 1]")
+    if not 0 < schedule.gamma <= 1:
+        raise UserError(f"config schedule.gamma={schedule.gamma}: must be in (0, 1]")
+    if list(schedule.milestones) != sorted(set(schedule.milestones)):
+        raise UserError(f"config schedule.milestones={list(schedule.milestones)}: "
+                        "must be increasing epochs")
+
+
+def _validate_balancing(config: Config) -> None:
+    """What needs no world size; hvdcls.training.balance.check does the rest after init."""
+    mode, bal = config.training.balance, config.training.balancing
+    if mode == "fixed" and not bal.shares:
+        raise UserError("config training.balance=fixed needs training.balancing.shares "
+                        "(one relative share per rank, e.g. [2, 1])")
+    if mode != "fixed" and bal.shares:
+        raise UserError(f"config training.balancing.shares is set but training.balance={mode}: "
+                        "shares are for balance=fixed")
+    if any(share <= 0 for share in bal.shares):
+        raise UserError(f"config training.balancing.shares={list(bal.shares)}: shares must be > 0")
+    if bal.max_batch is not None and bal.max_batch < bal.min_batch:
+        raise UserError(f"config training.balancing.max_batch={bal.max_batch}: must be >= "
+                        f"training.balancing.min_batch={bal.min_batch}")
+    if not 0 <= bal.threshold < 1:
+        raise UserError(f"config training.balancing.threshold={bal.threshold}: must be in [0, 1)")
+    if not 0 < bal.smoothing <= 1:
+        raise UserError(f"config training.balancing.smoothing={bal.smoothing}: must be in (0, 1]")
+    if mode == "off":
+        return
+    if config.horovod.op == "adasum":  # Adasum does not average: sample weights do not apply
+        raise UserError(f"config training.balance={mode} weights gradients by samples, which "
+                        "horovod.op=adasum does not average: use horovod.op=average")
+    if config.training.elastic:
+        raise UserError(f"config training.balance={mode} with training.elastic=true is not "
+                        "supported yet: use one or the other")

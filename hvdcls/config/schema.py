@@ -1,0 +1,216 @@
+"""The configuration schema: one dataclass per section, checked by OmegaConf on every merge
+(types, and the choices of Literal-typed keys). Loading is in hvdcls.config, the checks that
+need more than a type in hvdcls.config.checks."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Literal, Optional
+
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "ModelConfig", "AugmentConfig", "SyntheticConfig",
+           "DataConfig", "OptimizerConfig", "REFERENCE_BATCH", "worker_lr", "ScheduleConfig",
+           "BalancingConfig", "TrainingConfig", "PowerSGDConfig", "Compression", "HorovodConfig",
+           "OutputConfig", "Config", "SECTIONS"]
+
+IMAGENET_MEAN = [0.485, 0.456, 0.406]
+IMAGENET_STD = [0.229, 0.224, 0.225]
+
+
+@dataclass
+class ModelConfig:
+    name: str = "compact_cnn"  # compact_cnn, a torchvision name, or a keras.applications name
+    num_classes: Optional[int] = None  # None: the number of classes the data has
+
+
+@dataclass
+class AugmentConfig:
+    # imagenet: random-resized crop (scale, ratio below) and flips; small: mild zoom and
+    # pad-and-crop, no flips (low-resolution images, letters and digits); none: resize only;
+    # auto: small below AUTO_SMALL_BELOW px of native size (sampled when the data opens), else
+    # imagenet (hvdcls.data.presets).
+    preset: Literal["auto", "imagenet", "small", "none"] = "auto"
+    random_resized_crop: bool = True  # imagenet preset: false resizes the whole image
+    scale: List[float] = field(default_factory=lambda: [0.08, 1.0])
+    ratio: List[float] = field(default_factory=lambda: [0.75, 4 / 3])
+    hflip: Optional[float] = None  # probability; None: the preset's (imagenet 0.5, else 0)
+    # After the crop and flip, torchvision's policies (hvdcls.data.autoaugment): randaugment
+    # (num_ops ops at magnitude of 31 bins), trivialaugment (TrivialAugmentWide), autoaugment
+    # (the ImageNet policy).
+    policy: Literal["none", "randaugment", "trivialaugment", "autoaugment"] = "none"
+    magnitude: int = 9  # randaugment: of 0..30
+    num_ops: int = 2  # randaugment
+    random_erase: float = 0.0  # probability of erasing one random box (after normalising)
+
+
+@dataclass
+class SyntheticConfig:
+    num_samples: int = 1024
+    num_classes: int = 10
+
+
+@dataclass
+class DataConfig:
+    name: Literal["auto", "digits", "synthetic", "imagefolder", "lmdb"] = "auto"
+    path: Optional[str] = None  # auto + no path = digits, the embedded default
+    image_size: int = 224
+    val_fraction: float = 0.1  # held out of train/ when there is no val/
+    eval_crop: float = 0.875  # resize to image_size / eval_crop, then centre-crop
+    workers: int = 2
+    mean: List[float] = field(default_factory=lambda: list(IMAGENET_MEAN))
+    std: List[float] = field(default_factory=lambda: list(IMAGENET_STD))
+    # An image file that cannot be decoded: fail (exit 2 naming it) or skip (warn once, count it
+    # in summary.json). fail by default: a broken file usually means a broken copy of the data
+    # set, and a run that silently trains on less is not the run that was asked for.
+    bad_files: Literal["fail", "skip"] = "fail"
+    # Batch mixing (hvdcls.data.mixing), on by alpha > 0: each batch is mixed with itself
+    # rolled by one; with both on, cutmix is picked with probability mix_switch_prob.
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
+    mix_switch_prob: float = 0.5
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+
+@dataclass
+class OptimizerConfig:
+    name: Literal["sgd", "adam", "adamw"] = "sgd"
+    lr: float = 0.1  # per 256 images of the global batch; see scale_lr
+    # per256: lr x global batch / 256 (the linear-scaling rule of Goyal et al.: 0.1 per 256);
+    # linear: lr is for one worker's batch, x world size x backward passes; none: as given.
+    scale_lr: Literal["per256", "linear", "none"] = "per256"
+    momentum: float = 0.9
+    nesterov: bool = False
+    weight_decay: float = 1e-4
+
+
+REFERENCE_BATCH = 256  # optimizer.scale_lr=per256: lr is for this many images (Goyal et al.)
+
+
+def worker_lr(optimizer: OptimizerConfig, batch_size: int) -> float:
+    """optimizer.lr for one worker's batch: what the backends build their optimizer with.
+    torch's Horovod broadcast_optimizer_state takes one zero-gradient step at that rate (weight
+    decay moves the weights and fills the momentum), so it stays what the rate meant before
+    per256 (0.05 for the digits' 0.4 per 256, as it was)."""
+    return optimizer.lr * batch_size / REFERENCE_BATCH if optimizer.scale_lr == "per256" else optimizer.lr
+
+
+@dataclass
+class ScheduleConfig:
+    name: Literal["cosine", "step", "multistep", "constant"] = "cosine"
+    warmup_epochs: Optional[float] = None  # None: one epoch, or a tenth of a shorter run
+    warmup_start_factor: float = 0.1  # warmup starts at this fraction of the peak lr
+    min_lr_factor: float = 0.0  # cosine ends at this fraction of the peak lr
+    step_size: int = 30  # step: decay every step_size epochs
+    milestones: List[int] = field(default_factory=list)  # multistep: decay at these epochs
+    gamma: float = 0.1
+
+
+@dataclass
+class BalancingConfig:
+    """training.balance != off: per-rank batches sized by speed (hvdcls/training/balance.py).
+    Batches are per rank and per backward pass; their sum stays training.batch_size x ranks."""
+
+    shares: List[float] = field(default_factory=list)  # balance=fixed: one relative share per rank
+    min_batch: int = 1  # no rank's batch below this
+    max_batch: Optional[int] = None  # no rank's batch above this (memory); None: no bound
+    quantum: Optional[int] = None  # batches in multiples of this; None: 8 on a GPU, 1 on CPU
+    threshold: float = 0.05  # dynamic: re-plan when the predicted step time drops by more
+    smoothing: float = 0.5  # dynamic: weight of the newest speed in the moving average
+    every: int = 5  # dynamic: steps between speed exchanges (one small allgather each)
+
+
+@dataclass
+class TrainingConfig:
+    epochs: int = 10
+    batch_size: int = 32  # per worker, per backward pass
+    seed: int = 0
+    amp: bool = False
+    amp_dtype: Literal["auto", "bfloat16", "float16"] = "auto"  # auto: bfloat16 on CPU, float16 on GPU
+    grad_clip_norm: Optional[float] = None
+    label_smoothing: float = 0.0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    # torch: batches in NHWC memory (cuDNN's faster tensor-core kernels with AMP); tensorflow
+    # accepts it and has nothing to do (Keras convolutions are NHWC already).
+    channels_last: bool = False
+    threads: Optional[int] = None  # compute threads per process; None: cores / local ranks
+    resume: Optional[str] = None  # checkpoint directory, or a run directory (its latest)
+    eval_only: bool = False  # evaluate the resumed checkpoint on the validation split, then stop
+    log_every: int = 50  # steps between progress lines (when progress is plain lines)
+    profile_steps: int = 0  # profile this many steps of the first epoch (torch/TF profiler); 0: off
+    elastic: bool = False  # Horovod elastic mode (horovodrun --min-np/--max-np/--host-discovery-script)
+    commit_every: int = 20  # elastic: commit training state every N steps (and at each epoch end)
+    # Every rank's watchdog (hvdcls.training.watchdog): a rank that spends this long in one
+    # phase (reading data, computing, waiting in the all-reduce, ...) without a step ends its
+    # process with exit status 75, naming itself and the phase. The start, each epoch's end
+    # and first step, and checkpoint writes get 3x this; 0: no watchdog (and no heartbeats).
+    stall_timeout_seconds: float = 600.0
+    # Model EMA (hvdcls.training.ema): an averaged copy of the weights, evaluated beside them.
+    # None: off; else torchvision's --model-ema-decay (e.g. 0.99998), scaled as it scales it.
+    ema_decay: Optional[float] = None
+    ema_steps: int = 32  # optimizer steps between EMA updates
+    # Per-rank batch sizes: off = equal; fixed = balancing.shares; dynamic = by measured speed.
+    balance: Literal["off", "dynamic", "fixed"] = "off"
+    balancing: BalancingConfig = field(default_factory=BalancingConfig)
+
+
+@dataclass
+class PowerSGDConfig:
+    """horovod.compression=powersgd: gradients as rank-r factors (hvdcls/powersgd.py)."""
+
+    rank: int = 4
+    start_iter: int = 10  # plain all-reduce for this many first steps (the errors are large)
+    min_compression_rate: float = 2.0  # compress a tensor when n*m / (r*(n+m)) reaches this
+    fp16: bool = False  # all-reduce P and Q in float16 too
+
+
+Compression = Literal["none", "fp16", "powersgd"]  # the bench's --compression too
+
+
+@dataclass
+class HorovodConfig:
+    compression: Compression = "none"
+    op: Literal["average", "adasum"] = "average"
+    backward_passes_per_step: int = 1  # gradient accumulation: all-reduce every N passes
+    # Tensor fusion buffer and the background thread's cycle. A value here beats the environment
+    # (`horovodrun --fusion-threshold-mb/--cycle-time-ms` set HOROVOD_FUSION_THRESHOLD and
+    # HOROVOD_CYCLE_TIME there); None: the environment's value, else ours: 32 MB and 5 ms (from
+    # the bench; hvdcls.horovod_env.SETTINGS), or Horovod's own (tuned) under autotune.
+    fusion_threshold_mb: Optional[float] = None
+    cycle_time_ms: Optional[float] = None
+    hierarchical_allreduce: bool = False
+    autotune: bool = False
+    autotune_log: Optional[str] = None
+    timeline: Optional[str] = None
+    sync_bn: bool = False
+    # Horovod's stall inspector: a collective that some ranks submitted and others did not for
+    # this long is reported, naming the missing ranks (0: no check) ...
+    stall_check_seconds: int = 60
+    # ... and after this long every rank stops, non-zero, instead of hanging (0: never).
+    stall_shutdown_seconds: int = 600
+    powersgd: PowerSGDConfig = field(default_factory=PowerSGDConfig)
+
+
+@dataclass
+class OutputConfig:
+    dir: Optional[str] = None  # None: runs/<timestamp>-<backend>
+    checkpoint_every: int = 1  # epochs; 0 disables checkpoints (the last epoch is always saved)
+    keep_checkpoints: int = 2
+    progress: Literal["auto", "bar", "lines", "quiet"] = "auto"  # auto: a bar on a terminal, else lines
+    metrics_port: Optional[int] = None  # Prometheus /metrics on rank 0; 0: any free port; None: off
+    metrics_host: str = "0.0.0.0"  # the address /metrics listens on
+    metrics_linger_seconds: float = 0.0  # after training, serve until one more scrape or this long
+    tensorboard: bool = True  # scalars under RUN_DIR/tensorboard/
+    report: bool = True  # RUN_DIR/report.png, redrawn after every epoch
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    horovod: HorovodConfig = field(default_factory=HorovodConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+
+SECTIONS = ("model", "data", "optimizer", "schedule", "training", "horovod", "output")
