@@ -171,7 +171,7 @@ def _validate_schedule(schedule: ScheduleConfig, epochs: int) -> None:
 
 
 def _validate_balancing(config: Config) -> None:
-    """What needs no world size; hvdcls.training.balance.check does the rest after init."""
+    """What needs no world size; hvdcls.training.balance.settings does the rest after init."""
     mode, bal = config.training.balance, config.training.balancing
     if mode == "fixed" and not bal.shares:
         raise UserError("config training.balance=fixed needs training.balancing.shares "

@@ -14,6 +14,7 @@ allgathered from every rank), so every rank computes the same plan without anoth
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -157,7 +158,8 @@ def settings(config: Config, ranks: int, on_gpu: bool) -> Settings:
     """The balancing settings for `ranks` ranks; a UserError (one line, on every rank alike)
     when they cannot hold the global batch or the shares do not fit the world."""
     training, bal = config.training, config.training.balancing
-    quantum = bal.quantum or (8 if on_gpu else 1)
+    # GPUs: multiples of 8 where the batch allows, so that equal batches stay equal (batch 12: 4)
+    quantum = bal.quantum or (math.gcd(8, training.batch_size) if on_gpu else 1)
     bounds = Bounds(training.batch_size * ranks, bal.min_batch, bal.max_batch, quantum)
     if training.balance != "off":
         problem = bounds.problem(ranks)

@@ -182,6 +182,10 @@ def test_shares_of_the_wrong_length_and_bounds_that_cannot_hold_the_batch_need_t
     with pytest.raises(UserError, match="cannot hold the global batch 16"):
         balance.settings(tight, 2, on_gpu=False)
     assert balance.settings(fixed, 2, on_gpu=True).bounds.quantum == 8  # GPU default
+    # a batch that is no multiple of 8 keeps equal batches equal: its largest divisor of 8
+    twelve = load("training.balance=dynamic", "training.batch_size=12")
+    bounds = balance.settings(twelve, 4, on_gpu=True).bounds
+    assert bounds.quantum == 4 and plan([1.0] * 4, bounds) == [12] * 4
     off = load("training.batch_size=8", "training.balancing.max_batch=6")
     assert balance.settings(off, 2, on_gpu=False).mode == "off"  # bounds only matter when on
 
