@@ -17,7 +17,7 @@ from typing import Optional
 import httpx
 
 from hvdcls import config as cfg
-from hvdcls import tables
+from hvdcls import launch, tables
 from hvdcls.errors import UserError
 
 
@@ -90,7 +90,7 @@ def when(seconds: Optional[float]) -> str:
 
 
 def hosts_text(hosts: Optional[dict]) -> str:
-    return ",".join(f"{h}:{n}" for h, n in hosts.items()) if hosts else "-"
+    return launch.hosts_arg(hosts) if hosts else "-"
 
 
 def progress_text(job: dict) -> str:

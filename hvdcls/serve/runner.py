@@ -134,7 +134,8 @@ def progress(run_dir: Path, epochs: Optional[int] = None) -> Optional[dict]:
             epoch, total, step, steps = map(int, found.groups())
             return {"epoch": epoch, "epochs": total, "step": step, "steps_per_epoch": steps,
                     "fraction": ((epoch - 1) * steps + step) / (total * steps)}
-    finished = len(tail(run_dir / METRICS, lines=100_000))
+    record = last_metrics(run_dir)  # its epoch counts the epochs finished, however long the file
+    finished = record.get("epoch") if isinstance(record, dict) else None
     if epochs and finished:
         return {"epoch": finished, "epochs": epochs, "step": None, "steps_per_epoch": None,
                 "fraction": finished / epochs}

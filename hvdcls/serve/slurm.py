@@ -168,12 +168,10 @@ def main(argv: list[str]) -> int:
     -H for this allocation and write it to RUN_DIR/allocation (what the service shows)."""
     import os
 
-    from hvdcls.fileio import write_atomic
-
     assert argv[:1] == ["hosts"] and len(argv) == 2, "usage: python -m hvdcls.serve.slurm hosts RUN_DIR"
     names = call(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]]).stdout.split()
     hosts = allocation(names, os.environ["SLURM_TASKS_PER_NODE"])
-    write_atomic(Path(argv[1]) / runner.ALLOCATION, "".join(f"{h}:{n}\n" for h, n in hosts.items()).encode())
+    runner.write_allocation(Path(argv[1]), hosts)
     print(launch.hosts_arg(hosts))
     return 0
 

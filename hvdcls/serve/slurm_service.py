@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Optional
 
 from hvdcls import launch
+from hvdcls.errors import UserError
 from hvdcls.fileio import write_atomic
 from hvdcls.serve import runner, slurm
 from hvdcls.serve import spec as job_spec
+from hvdcls.serve.scheduler import parse_hosts
 from hvdcls.serve.service import Refused, Service
 from hvdcls.serve.store import CANCELLED, FAILED, FINAL, QUEUED, RUNNING, SUCCEEDED, Job
 
@@ -114,7 +116,6 @@ class SlurmService(Service):
 def allocation(run_dir: Path) -> Optional[dict[str, int]]:
     """The hosts the batch script found in its allocation (RUN_DIR/allocation), once written."""
     try:
-        lines = (run_dir / runner.ALLOCATION).read_text().split()
-    except OSError:
+        return parse_hosts((run_dir / runner.ALLOCATION).read_text())
+    except (OSError, UserError):  # not written yet
         return None
-    return {host: int(n) for host, _, n in (line.rpartition(":") for line in lines)} or None

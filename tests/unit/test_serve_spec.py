@@ -77,6 +77,15 @@ def test_the_job_runs_in_its_run_directory_with_progress_lines(tmp_path):
     cfg.validate(config)
 
 
+def test_progress_without_step_lines_counts_the_epochs_of_a_long_metrics_file(tmp_path):
+    # 60 records of ~700 bytes: more than any tail of the file holds
+    records = [json.dumps({"epoch": e, "pad": "x" * 680}) for e in range(1, 61)]
+    (tmp_path / runner.METRICS).write_text("\n".join(records) + "\n")
+    assert runner.progress(tmp_path, epochs=90) == {
+        "epoch": 60, "epochs": 90, "step": None, "steps_per_epoch": None, "fraction": 60 / 90}
+    assert runner.progress(tmp_path / "none", epochs=90) is None
+
+
 @pytest.fixture
 def service(tmp_path):
     return Service(Settings(state_dir=tmp_path / "state", inventory={"localhost": 2}))
