@@ -133,7 +133,8 @@ def real_batches(config: cfg.Config, backend, ctx, data: Data) -> LoaderWait:
     shards = TrainShards(len(data.train), ctx.size, ctx.rank, config.training.batch_size,
                          seed=config.training.seed)
     return LoaderWait(bench_data.endless_batches(backend, data.train, shards,
-                                                 Preprocess(config.data, config.training.seed),
+                                                 Preprocess(config.data, config.training.seed,
+                                                            data.augment.get("preset")),
                                                  config.data.workers))
 
 

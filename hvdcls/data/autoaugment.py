@@ -9,6 +9,7 @@ a resume. Geometric ops fill with black and sample the nearest pixel, as torchvi
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable, Optional
 
@@ -71,6 +72,7 @@ OPS: dict[str, tuple[Callable[[Image.Image, float], Image.Image], bool]] = {
 }
 
 
+@functools.lru_cache(maxsize=16)  # per image otherwise; images come in a few sizes, callers only read
 def magnitudes(space: str, bins: int, width: int, height: int) -> dict[str, np.ndarray]:
     """Each op's magnitude for bin 0..bins-1. space: 'standard' (RandAugment, AutoAugment)
     or 'wide' (TrivialAugmentWide's larger ranges)."""

@@ -33,7 +33,7 @@ def mixup(images: np.ndarray, targets: np.ndarray, lam: float) -> tuple[np.ndarr
     """Every pixel and target: lam x its own + (1 - lam) x its rolled partner's."""
     mixed = lam * images + (1.0 - lam) * np.roll(images, 1, axis=0)
     mixed_targets = lam * targets + (1.0 - lam) * np.roll(targets, 1, axis=0)
-    return mixed.astype(np.float32), mixed_targets.astype(np.float32)
+    return mixed.astype(np.float32, copy=False), mixed_targets.astype(np.float32, copy=False)
 
 
 def cutmix_box(height: int, width: int, lam: float, rng: np.random.Generator) -> tuple[int, int, int, int]:
@@ -51,7 +51,7 @@ def cutmix(images: np.ndarray, targets: np.ndarray, lam: float,
     height, width = images.shape[1:3]
     top, left, bottom, right = cutmix_box(height, width, lam, rng)
     mixed = images.copy()
-    mixed[:, top:bottom, left:right] = np.roll(images, 1, axis=0)[:, top:bottom, left:right]
+    mixed[:, top:bottom, left:right] = np.roll(images[:, top:bottom, left:right], 1, axis=0)  # the box only
     kept = 1.0 - (bottom - top) * (right - left) / (height * width)
     return mixed, (kept * targets + (1.0 - kept) * np.roll(targets, 1, axis=0)).astype(np.float32)
 
