@@ -255,7 +255,9 @@ def test_an_elastic_job_shrinks_for_a_waiting_job_and_grows_back(elastic_workloa
     recoveries = summary["elastic"]["recoveries"]
     assert [r["world_size"] for r in recoveries] == [1, 2], recoveries
     sizes = [r["world_size"] for r in read_metrics(Path(e["run_dir"]))]  # at each epoch's end
-    assert len(sizes) == 4 and sizes[-1] == 2, sizes
+    # it trained at 1 worker after the shrink; the grow (recoveries above) lands within the last
+    # epochs or, on fast cores, at the final commit after them: summary's world size says it did
+    assert len(sizes) == 4 and sizes[0] == 2 and 1 in sizes, sizes
     assert summary["world_size"] == 2 and len(set(summary["rank_weight_digests"])) == 1
     assert summary["elastic"]["steps_lost"] <= 2 * summary["elastic"]["commit_every"]  # an interval per resize
     assert 0.7 <= summary["val_accuracy"] <= 1.0, summary["val_accuracy"]
