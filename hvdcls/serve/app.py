@@ -6,14 +6,14 @@
     GET  /jobs/{id}/logs       stdout (or ?stream=stderr); ?follow=true streams until it ends
     POST /jobs/{id}/cancel     (token)
     GET  /hosts                the inventory: slots and the jobs on each host
-    GET  /metrics              Prometheus: queue length, jobs by state, slots, per-job progress
+    GET  /metrics              Prometheus (hvdcls.serve.metrics): queue, jobs by state, slots per host, per-job
+                               progress and slots, resizes, queue-wait and first-step histograms
 
 Reading needs no token (the service binds to 127.0.0.1 unless told otherwise); changing does:
 a bearer token generated at first start into STATE_DIR/token (mode 0600).
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
@@ -27,15 +27,15 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
 
 from hvdcls import __version__, launch
 from hvdcls.errors import UserError
 from hvdcls.fileio import write_json_atomic
 from hvdcls.serve import runner
+from hvdcls.serve.metrics import ServiceCollector
 from hvdcls.serve.service import Refused, Service, Settings
 from hvdcls.serve.spec import JobSpec
-from hvdcls.serve.store import FINAL, QUEUED, RUNNING, STATES, Job
+from hvdcls.serve.store import FINAL, QUEUED, STATES, Job
 
 TOKEN_FILE, SERVER_FILE = "token", "server.json"
 
@@ -69,34 +69,6 @@ def follow_log(service: Service, job_id: int, stream: str, follow: bool) -> Iter
         if done or not follow:
             return
         time.sleep(0.25)
-
-
-class ServiceCollector:
-    """Read at each scrape, from the job table and the run directories."""
-
-    def __init__(self, service: Service):
-        self.service = service
-
-    def collect(self):
-        counts = self.service.store.counts()
-        yield GaugeMetricFamily("hvdcls_serve_queue_length", "Jobs waiting to start", value=counts[QUEUED])
-        by_state = GaugeMetricFamily("hvdcls_serve_jobs", "Jobs by state", labels=["state"])
-        for state in STATES:
-            by_state.add_metric([state], counts[state])
-        yield by_state
-        used = sum(sum(a.values()) for a in self.service.allocations().values())
-        yield GaugeMetricFamily("hvdcls_serve_slots", "Slots in the inventory", value=self.service.total_slots)
-        yield GaugeMetricFamily("hvdcls_serve_slots_in_use", "Slots held by running jobs", value=used)
-        progress = GaugeMetricFamily("hvdcls_serve_job_progress", "Fraction of a running job's steps done",
-                                     labels=["job", "backend"])
-        slots = GaugeMetricFamily("hvdcls_serve_job_slots", "Slots a running job holds (elastic: now)",
-                                  labels=["job", "backend"])
-        for job in self.service.store.list((RUNNING,)):
-            done = runner.progress(Path(job.run_dir), job.epochs) if job.run_dir else None
-            progress.add_metric([str(job.id), job.backend], done["fraction"] if done else 0.0)
-            slots.add_metric([str(job.id), job.backend], sum(json.loads(job.hosts).values()) if job.hosts else 0)
-        yield progress
-        yield slots
 
 
 def make_app(service: Service, token: str) -> FastAPI:

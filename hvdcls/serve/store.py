@@ -111,6 +111,15 @@ class Store:
             rows = session.execute(select(Job.state, func.count()).group_by(Job.state))
             return {**dict.fromkeys(STATES, 0), **{state: n for state, n in rows}}
 
+    def total_resizes(self) -> int:
+        with self.session() as session:
+            return session.scalar(select(func.coalesce(func.sum(Job.resizes), 0)))
+
+    def times(self) -> list:
+        """(submitted_at, started_at, first_step_at) rows of every job, for /metrics."""
+        with self.session() as session:
+            return list(session.execute(select(Job.submitted_at, Job.started_at, Job.first_step_at)))
+
 
 def add_new_columns(engine) -> None:
     """A table made by an older hvdcls lacks the columns added since (all nullable): add them."""
