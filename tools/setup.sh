@@ -36,6 +36,8 @@ system_packages_missing() {
     # tests/parallel/test_slurm.py starts a private one-node Slurm (`hvdcls serve --executor slurm`).
     command -v sbatch >/dev/null || missing+=(slurm-wlm)
     [ -x /usr/sbin/munged ] || missing+=(munge)
+    # tests/parallel/test_serve.py has a private Prometheus scrape the service and a job.
+    command -v prometheus >/dev/null || missing+=(prometheus)
     echo "${missing[@]:-}"
 }
 

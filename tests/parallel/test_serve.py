@@ -3,7 +3,8 @@ tiny jobs (digits, compact_cnn, a few epochs, both backends) under horovodrun.
 
 One workload, run once by the module fixture, and read by the tests:
 
-    A  torch       np 2  long          runs at once; cancelled after its first step
+    A  torch       np 2  long          runs at once, serving its training metrics; cancelled after
+                                       a real Prometheus has answered every dashboard query
     C  torch       np 2  3 epochs      runs beside A; killed while the service is down (requeue)
     D  tensorflow  np 2  3 epochs      waits for A's slots; running across the restart (adopted)
     G  torch       np 1  empty data    waits behind D (no backfill: nothing free); fails
@@ -12,12 +13,15 @@ One workload, run once by the module fixture, and read by the tests:
 Assertions that must hold: queue order and gang starts; cancel ends a running job (its slots go
 to the next); a restart adopts the live job and requeues (resuming) the one whose processes
 vanished; the finished jobs have identical weights on their ranks and digits accuracy; bad
-requests get 401/404/422/400 naming the problem; no submission of the burst is lost.
+requests get 401/404/422/400 naming the problem; no submission of the burst is lost; Debian's
+prometheus, scraping the service (from before the first submit) and A's rank 0, answers every
+query of deploy/grafana/hvdcls-serve.json and hvdcls.json with what the service says.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,6 +33,7 @@ import httpx
 import pytest
 
 from hvdcls import launch
+from tests.prometheus_server import PrometheusServer, dashboard_queries
 from tests.run_files import read_json, read_metrics
 
 pytestmark = pytest.mark.parallel
@@ -36,6 +41,8 @@ REPO = Path(__file__).resolve().parents[2]
 DIGITS = ["--config", str(REPO / "configs" / "digits.yaml")]
 FINAL = ("succeeded", "failed", "cancelled")
 QUICK = {"schedule": {"warmup_epochs": 0}, "training": {"log_every": 1}}
+DASHBOARDS = [REPO / "deploy" / "grafana" / name for name in ("hvdcls-serve.json", "hvdcls.json")]
+ENDPOINT = re.compile(r"metrics: Prometheus endpoint on http://(\S+)/metrics")
 
 
 class Server:
@@ -146,9 +153,11 @@ def workload(tmp_path_factory):
     server = Server(root / "state", root / "data", root / "serve.log")
     seen: dict = {"server": server}
     server.start()
+    prometheus = PrometheusServer(root / "prometheus")
     try:
-        run_workload(server, seen, root)
+        run_workload(server, seen, root, prometheus)
     finally:
+        prometheus.stop()
         end_everything(server)
     return seen
 
@@ -173,8 +182,31 @@ def end_everything(server: Server) -> None:
                 pass
 
 
-def run_workload(server: Server, seen: dict, root: Path) -> None:
-    a = server.submit(2, settings=epochs(50), name="A")
+def watched(settings: dict) -> dict:
+    """`settings` with rank 0's training metrics served on a free loopback port."""
+    return {**settings, "output": {**settings.get("output", {}), "metrics_port": 0, "metrics_host": "127.0.0.1"}}
+
+
+def scraped_while_running(prometheus: PrometheusServer, server: Server, job_id: int) -> dict:
+    """Prometheus scrapes the job's rank 0 too; every dashboard query, and a few exact ones,
+    once all have answered."""
+    log = Path(server.job(job_id)["run_dir"]) / "stdout.log"
+    server.wait(job_id, lambda j: ENDPOINT.search(log.read_text()))
+    prometheus.scrape("hvdcls", ENDPOINT.search(log.read_text()).group(1))
+    queries = {path.name: dashboard_queries(path) for path in DASHBOARDS}
+    exact = ["up", "hvdcls_serve_queue_length", "hvdcls_serve_slots_in_use", "hvdcls_serve_host_slots_free",
+             "hvdcls_serve_job_slots", "hvdcls_serve_job_progress", "hvdcls_serve_queue_wait_seconds_count",
+             "hvdcls_serve_first_step_seconds_count", "hvdcls_world_size"]
+    wanted = [expr for panels in queries.values() for _, expr in panels] + exact
+    answers = prometheus.wait_until(wanted, timeout=180, output=lambda: server.log.read_text()[-2000:])
+    return {"queries": queries, "answers": answers}
+
+
+def run_workload(server: Server, seen: dict, root: Path, prometheus: PrometheusServer) -> None:
+    prometheus.scrape("hvdcls-serve", server.url.removeprefix("http://"))
+    prometheus.start()  # scraping the service before any job starts: the latency histograms' increase()
+    prometheus.wait_until(["hvdcls_serve_queue_length"], timeout=60)
+    a = server.submit(2, settings=watched(epochs(50)), name="A")
     c = server.submit(2, settings=epochs(3), name="C", requeue=True)
     server.wait(c, lambda j: j["state"] == "running")
     seen["refusals"] = refusals(server, httpx.Client(base_url=server.url, headers={"Authorization": "Bearer x"}))
@@ -192,6 +224,10 @@ def run_workload(server: Server, seen: dict, root: Path) -> None:
     seen["metrics while full"] = server.http.get("/metrics").text
     seen["hosts while full"] = server.http.get("/hosts").json()
     seen["G while full"] = server.job(g)
+    asked_at = time.time()
+    seen["prometheus"] = scraped_while_running(prometheus, server, a)
+    prometheus.stop()
+    seen["prometheus"]["seconds"] = time.time() - asked_at
     cancelled_at = time.time()
     server.http.post(f"/jobs/{a}/cancel")
     seen["A"] = server.wait(a, lambda j: j["state"] in FINAL)
@@ -311,6 +347,34 @@ def test_jobs_start_in_queue_order_and_a_cancel_frees_the_slots(workload):
     assert len(progress) == 2 and all(float(line.split()[-1]) > 0 for line in progress), progress
     end = workload["metrics at the end"]
     assert metric(end, "hvdcls_serve_slots_in_use") == 0 and metric(end, "hvdcls_serve_queue_length") == 0
+
+
+def series(answers: dict, expr: str, key: str = None) -> dict:
+    """{label `key`'s value (or the job's name, Prometheus's `job` label): value} of one answer."""
+    return {labels.get(key) if key else labels["job"]: value for labels, value in answers[expr]}
+
+
+def test_prometheus_answers_every_dashboard_query_with_what_the_service_says(workload):
+    watched = workload["prometheus"]
+    for dashboard, panels in watched["queries"].items():
+        for title, expr in panels:
+            assert watched["answers"][expr], (dashboard, title, expr)  # a number, not nothing or NaN
+    answers = watched["answers"]
+    a, c = str(workload["ids"]["A"]), str(workload["ids"]["C"])
+    assert series(answers, "up") == {"hvdcls-serve": 1, "hvdcls": 1}  # the service and A's rank 0
+    # while A and C hold the 4 slots and D and G wait:
+    assert series(answers, "hvdcls_serve_queue_length") == {"hvdcls-serve": 2}
+    assert series(answers, "hvdcls_serve_slots_in_use") == {"hvdcls-serve": 4}
+    assert series(answers, "hvdcls_serve_host_slots_free", "host") == {"localhost": 0}
+    assert series(answers, "hvdcls_serve_job_slots", "name") == {"A": 2, "C": 2}
+    assert series(answers, "hvdcls_serve_job_slots", "job_id") == {a: 2, c: 2}
+    progress = series(answers, "hvdcls_serve_job_progress", "name")
+    assert set(progress) == {"A", "C"} and all(0 < p <= 1 for p in progress.values()), progress
+    assert series(answers, "hvdcls_serve_queue_wait_seconds_count") == {"hvdcls-serve": 2}  # A, C started
+    assert series(answers, "hvdcls_serve_first_step_seconds_count") == {"hvdcls-serve": 2}
+    assert series(answers, "hvdcls_world_size", "backend") == {"torch": 2}  # A's own metrics
+    print(f"{sum(map(len, watched['queries'].values()))} dashboard queries all answered "
+          f"{watched['seconds']:.1f} s after A and C had stepped")
 
 
 def test_a_restart_adopts_live_jobs_and_requeues_vanished_ones(workload):
