@@ -203,9 +203,11 @@ def scraped_while_running(prometheus: PrometheusServer, server: Server, job_id: 
 
 
 def run_workload(server: Server, seen: dict, root: Path, prometheus: PrometheusServer) -> None:
+    started_at = time.time()
     prometheus.scrape("hvdcls-serve", server.url.removeprefix("http://"))
     prometheus.start()  # scraping the service before any job starts: the latency histograms' increase()
     prometheus.wait_until(["hvdcls_serve_queue_length"], timeout=60)
+    seen["prometheus start seconds"] = time.time() - started_at
     a = server.submit(2, settings=watched(epochs(50)), name="A")
     c = server.submit(2, settings=epochs(3), name="C", requeue=True)
     server.wait(c, lambda j: j["state"] == "running")
@@ -373,7 +375,8 @@ def test_prometheus_answers_every_dashboard_query_with_what_the_service_says(wor
     assert series(answers, "hvdcls_serve_queue_wait_seconds_count") == {"hvdcls-serve": 2}  # A, C started
     assert series(answers, "hvdcls_serve_first_step_seconds_count") == {"hvdcls-serve": 2}
     assert series(answers, "hvdcls_world_size", "backend") == {"torch": 2}  # A's own metrics
-    print(f"{sum(map(len, watched['queries'].values()))} dashboard queries all answered "
+    print(f"Prometheus started and scraped the service in {workload['prometheus start seconds']:.1f} s; "
+          f"{sum(map(len, watched['queries'].values()))} dashboard queries all answered "
           f"{watched['seconds']:.1f} s after A and C had stepped")
 
 
