@@ -4,7 +4,7 @@ backends, on this one machine.
 Horovod blacklists the *host* of a failed worker and stops the job once every host in use is
 blacklisted, so a one-host job can never recover. The machine is therefore listed under two of
 its names (`localhost:1`, `127.0.0.1:1`): Horovod sees two hosts and drops only the failed one.
-Every name is this machine's, so the interface is `lo`. A worker is killed by the test hook (hvdcls.training.elastic.KILL_HOOK_ENV): rank 1 SIGKILLs itself
+Every name is this machine's, so the interface is `lo`. A worker is killed by the test hook (hvdcls.training.faults.KILL): rank 1 SIGKILLs itself
 after a given global step, mid-epoch and between two commits.
 """
 import os
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hvdcls import launch
-from hvdcls.training import elastic, faults
+from hvdcls.training import faults
 from tests.run_files import read_json, read_metrics
 
 pytestmark = pytest.mark.parallel
@@ -70,7 +70,7 @@ def completed(job: subprocess.Popen) -> str:
 
 def kill_hook(tmp_path: Path, step: int = KILL_STEP) -> tuple[dict, Path]:
     marker = tmp_path / "killed"
-    return {elastic.KILL_HOOK_ENV: f"1:{step}:{marker}"}, marker
+    return {faults.KILL: f"1:{step}:{marker}"}, marker
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
