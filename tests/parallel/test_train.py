@@ -87,12 +87,12 @@ def test_resume_repeats_the_uninterrupted_run(digits_run, tmp_path):
         assert abs(again[epoch]["val_accuracy"] - original[epoch]["val_accuracy"]) <= 1 / 359, epoch + 1
 
 
-# fp16 under horovodrun is test_horovod_settings_reach_horovod's launch (one launch, both checks).
+# fp16 and gradient accumulation under horovodrun are test_horovod_settings_reach_horovod's
+# launch (one launch, all the checks).
 @pytest.mark.parametrize("launcher, options", [
-    ("horovodrun", ["horovod.backward_passes_per_step=2"]),
     ("mpirun", ["horovod.compression=fp16", "horovod.backward_passes_per_step=2"]),
     ("mpirun", ["horovod.op=adasum", "horovod.sync_bn=true"]),
-], ids=["accumulate2", "mpirun-fp16-accumulate2", "mpirun-adasum-syncbn"])
+], ids=["mpirun-fp16-accumulate2", "mpirun-adasum-syncbn"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_weights_identical_on_every_rank(backend, launcher, options, tmp_path):
     out = tmp_path / "run"
@@ -112,15 +112,17 @@ def assert_trained_alike(summary: dict, out: Path, launcher: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_horovod_settings_reach_horovod(backend, tmp_path):
     """Fusion threshold and cycle time are in force, and the timeline is written (rank 0); the
-    same launch is the fp16 case of test_weights_identical_on_every_rank."""
+    same launch is the horovodrun case of test_weights_identical_on_every_rank, with fp16
+    compression and gradient accumulation (2 passes a step)."""
     out = tmp_path / "run"
     timeline = tmp_path / "trace" / "timeline.json"
     train("horovodrun", NP, backend, out, "--epochs", "2", "output.checkpoint_every=0",
-          "horovod.compression=fp16", f"horovod.timeline={timeline}",
+          "horovod.compression=fp16", "horovod.backward_passes_per_step=2", f"horovod.timeline={timeline}",
           "horovod.fusion_threshold_mb=16", "horovod.cycle_time_ms=2.5")
     summary = read_json(out / "summary.json")
     assert_trained_alike(summary, out, "horovodrun")
     assert summary["model_info"]["horovod"]["compression"] == "fp16"
+    assert summary["config"]["horovod"]["backward_passes_per_step"] == 2
     environment = summary["horovod"]["environment"]
     assert environment["HOROVOD_FUSION_THRESHOLD"] == str(16 * 1024 * 1024)
     assert environment["HOROVOD_CYCLE_TIME"] == "2.5"
