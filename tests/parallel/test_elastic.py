@@ -16,6 +16,7 @@ import pytest
 
 from hvdcls import launch
 from hvdcls.training import faults
+from tests.parallel.test_train import NO_PICTURES
 from tests.run_files import read_json, read_metrics
 
 pytestmark = pytest.mark.parallel
@@ -44,7 +45,7 @@ def start(tmp_path: Path, backend: str, np: int, min_np: int, hosts: str, *args:
     command = launch.hvdcls_command("train", "--backend", backend, "--config", DIGITS,
                                     "--output-dir", str(out), "--epochs", str(epochs), "--quiet",
                                     "training.elastic=true", f"training.commit_every={COMMIT_EVERY}",
-                                    *args)
+                                    *NO_PICTURES, *args)
     cmd = launch.horovodrun_elastic(np, min_np, 2, str(script), command, network_interface="lo",
                                     **options)
     job = subprocess.Popen(cmd, env={**launch.single_host_env(), **(env or {})}, cwd=tmp_path,

@@ -8,7 +8,7 @@ feedback restored and broadcast) repeats the uninterrupted run.
 """
 import pytest
 
-from tests.parallel.test_train import BACKENDS, NP, train
+from tests.parallel.test_train import BACKENDS, NO_PICTURES, NP, train
 from tests.run_files import read_json, read_metrics
 
 pytestmark = pytest.mark.parallel
@@ -20,7 +20,8 @@ def digits_pair(request, tmp_path_factory, demo_run):
     """The demo's job (digits, 12 epochs, 2 ranks) uncompressed (the run test_train checks too)
     and with PowerSGD rank 4."""
     work = tmp_path_factory.mktemp(f"powersgd-{request.param}")
-    train("horovodrun", NP, request.param, work / "powersgd", "output.keep_checkpoints=3", *POWERSGD)
+    train("horovodrun", NP, request.param, work / "powersgd", "output.keep_checkpoints=3", *NO_PICTURES,
+          *POWERSGD)
     return request.param, demo_run(request.param), work / "powersgd"
 
 
@@ -45,7 +46,7 @@ def test_resume_repeats_the_uninterrupted_run(digits_pair, tmp_path):
     backend, _, compressed = digits_pair
     resumed = tmp_path / "resumed"
     train("horovodrun", NP, backend, resumed, "--resume", str(compressed / "checkpoints" / "epoch-0008"),
-          *POWERSGD)
+          *NO_PICTURES, *POWERSGD)
     original, again = read_metrics(compressed), read_metrics(resumed)
     assert again[:8] == original[:8]
     for epoch in range(8, 12):
@@ -66,7 +67,7 @@ def test_resume_repeats_the_uninterrupted_run(digits_pair, tmp_path):
 def test_weights_identical_on_every_rank(backend, options, bar, tmp_path):
     out = tmp_path / "run"
     train("horovodrun", NP, backend, out, "--epochs", "2", "output.checkpoint_every=0",
-          *POWERSGD, *options)
+          *NO_PICTURES, *POWERSGD, *options)
     summary = read_json(out / "summary.json")
     digests = summary["rank_weight_digests"]
     assert len(digests) == NP and len(set(digests)) == 1, digests
