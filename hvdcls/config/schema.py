@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import List, Literal, Optional
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "ModelConfig", "AugmentConfig", "SyntheticConfig",
-           "DataConfig", "OptimizerConfig", "REFERENCE_BATCH", "worker_lr", "ScheduleConfig",
+           "DataConfig", "OptimizerConfig", "REFERENCE_BATCH", "peak_lr", "worker_lr", "ScheduleConfig",
            "BalancingConfig", "TrainingConfig", "PowerSGDConfig", "Compression", "HorovodConfig",
            "OutputConfig", "Config", "SECTIONS"]
 
@@ -85,12 +85,24 @@ class OptimizerConfig:
 REFERENCE_BATCH = 256  # optimizer.scale_lr=per256: lr is for this many images (Goyal et al.)
 
 
+def peak_lr(optimizer: OptimizerConfig, world_size: int, backward_passes: int, batch_size: int) -> float:
+    """optimizer.lr after optimizer.scale_lr, for `world_size` workers each running
+    `backward_passes` batches of `batch_size` per step: the schedule's peak
+    (hvdcls.training.schedule)."""
+    if optimizer.scale_lr == "per256":
+        return optimizer.lr * (batch_size * world_size * backward_passes / REFERENCE_BATCH)
+    if optimizer.scale_lr == "linear":
+        return optimizer.lr * world_size * backward_passes
+    return optimizer.lr
+
+
 def worker_lr(optimizer: OptimizerConfig, batch_size: int) -> float:
-    """optimizer.lr for one worker's batch: what the backends build their optimizer with.
-    torch's Horovod broadcast_optimizer_state takes one zero-gradient step at that rate (weight
-    decay moves the weights and fills the momentum), so it stays what the rate meant before
-    per256 (0.05 for the digits' 0.4 per 256, as it was)."""
-    return optimizer.lr * batch_size / REFERENCE_BATCH if optimizer.scale_lr == "per256" else optimizer.lr
+    """optimizer.lr for one worker's batch (the peak of a world of one, one pass): what the
+    backends build their optimizer with. torch's Horovod broadcast_optimizer_state takes one
+    zero-gradient step at that rate (weight decay moves the weights and fills the momentum), so
+    it stays what the rate meant before per256 (0.05 for the digits' 0.4 per 256, as it was;
+    REFERENCE_BATCH being a power of two, lr x (batch / 256) is the float lr x batch / 256 was)."""
+    return peak_lr(optimizer, 1, 1, batch_size)
 
 
 @dataclass

@@ -10,11 +10,12 @@ a resume. Geometric ops fill with black and sample the nearest pixel, as torchvi
 from __future__ import annotations
 
 import functools
-import math
 from typing import Callable, Optional
 
 import numpy as np
 from PIL import Image, ImageEnhance, ImageOps
+
+from hvdcls.data.boxes import random_box
 
 RANDAUGMENT_BINS = 31  # magnitude 0..30, torchvision's default
 AUTOAUGMENT_BINS = 10  # the AutoAugment paper's discretisation
@@ -182,15 +183,10 @@ def random_erase(pixels: np.ndarray, rng: np.random.Generator, probability: floa
     covering a fraction in `scale` of the area at an aspect ratio in `ratio`; ten tries."""
     if probability <= 0 or rng.random() >= probability:
         return pixels
-    height, width = pixels.shape[:2]
-    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
-    for _ in range(10):
-        area = height * width * rng.uniform(*scale)
-        aspect = math.exp(rng.uniform(*log_ratio))
-        h, w = round(math.sqrt(area * aspect)), round(math.sqrt(area / aspect))
-        if 0 < h < height and 0 < w < width:
-            top, left = int(rng.integers(0, height - h + 1)), int(rng.integers(0, width - w + 1))
-            erased = pixels.copy()
-            erased[top:top + h, left:left + w] = 0.0
-            return erased
-    return pixels
+    drawn = random_box(*pixels.shape[:2], scale, ratio, rng, whole=False)  # (height, width)
+    if drawn is None:
+        return pixels
+    top, left, h, w = drawn
+    erased = pixels.copy()
+    erased[top:top + h, left:left + w] = 0.0
+    return erased

@@ -50,11 +50,14 @@ class TrainShards:
         """Optimizer steps per epoch, the same on every rank."""
         return self.samples_per_rank // (self.batch_size * self.backward_passes)
 
+    def padded_order(self, epoch: int) -> np.ndarray:
+        """The epoch's permutation, wrapped around to samples_per_rank x world_size entries."""
+        order = epoch_permutation(self.num_samples, self.seed, epoch)
+        return np.resize(order, self.samples_per_rank * self.world_size)  # wraps around
+
     def indices(self, epoch: int) -> np.ndarray:
         """This rank's samples for `epoch`, in reading order (incomplete batches dropped)."""
-        order = epoch_permutation(self.num_samples, self.seed, epoch)
-        padded = np.resize(order, self.samples_per_rank * self.world_size)  # wraps around
-        mine = padded[self.rank::self.world_size]
+        mine = self.padded_order(epoch)[self.rank::self.world_size]
         return mine[:self.steps_per_epoch * self.batch_size * self.backward_passes]
 
     def batches(self, epoch: int) -> list[np.ndarray]:
@@ -74,10 +77,6 @@ class BalancedShards(TrainShards):
 
     def global_batch(self) -> int:
         return self.batch_size * self.world_size
-
-    def padded_order(self, epoch: int) -> np.ndarray:
-        order = epoch_permutation(self.num_samples, self.seed, epoch)
-        return np.resize(order, self.samples_per_rank * self.world_size)  # as TrainShards
 
     def balanced_batches(self, epoch: int, batches: tuple, first_step: int,
                          stop_step: Optional[int] = None) -> list[np.ndarray]:

@@ -8,7 +8,6 @@ normalisation, then random erasing.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -17,6 +16,7 @@ from PIL import Image
 
 from hvdcls.config import DataConfig
 from hvdcls.data.autoaugment import apply_policy, random_erase
+from hvdcls.data.boxes import random_box
 from hvdcls.data.presets import hflip_probability
 
 SMALL_SCALE = (0.8, 1.0)  # the small preset's zoom: at least 80% of the area stays
@@ -33,17 +33,10 @@ def random_resized_crop_box(width: int, height: int, scale, ratio, rng) -> tuple
 
     Ten tries like the Inception recipe, then the largest centred box within the ratio range.
     """
-    area = width * height
-    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
-    for _ in range(10):
-        target = area * rng.uniform(scale[0], scale[1])
-        aspect = math.exp(rng.uniform(*log_ratio))
-        w = round(math.sqrt(target * aspect))
-        h = round(math.sqrt(target / aspect))
-        if 0 < w <= width and 0 < h <= height:
-            left = int(rng.integers(0, width - w + 1))
-            top = int(rng.integers(0, height - h + 1))
-            return left, top, left + w, top + h
+    drawn = random_box(width, height, scale, ratio, rng)
+    if drawn is not None:
+        left, top, w, h = drawn
+        return left, top, left + w, top + h
     aspect = width / height
     if aspect < ratio[0]:
         w, h = width, round(width / ratio[0])

@@ -15,8 +15,6 @@ end_epoch); what elastic adds around each step, `Commits`, is passed to that loo
 """
 from __future__ import annotations
 
-import os
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,14 +28,10 @@ from hvdcls.data.sharding import ElasticShards
 from hvdcls.data.sources import Data
 from hvdcls.observe.monitor import EpochRecord, Monitor
 from hvdcls.training import schedule
+from hvdcls.training.faults import StepHooks
 from hvdcls.training.loop import EpochTimes, Reduced, StepHook, Tally, Trainer, as_floats
 from hvdcls.training.outputs import RunOutputs
 from hvdcls.training.watchdog import COMMITTING, RESETTING, Phases, Watchdog
-
-# Test hook, "RANK:STEP:MARKER": the worker of that rank SIGKILLs itself after global step
-# STEP, once per job (MARKER, a file path, records that it happened).
-KILL_HOOK_ENV = "HVDCLS_TEST_KILL"
-
 
 def initial_progress(start_epoch: int, history: list[EpochRecord]) -> dict:
     """What the elastic state carries besides model and optimizer (rank 0's wins on sync)."""
@@ -63,16 +57,6 @@ def world_schedule(config: Config, shards: ElasticShards) -> schedule.LRSchedule
                           backward_passes=shards.backward_passes,
                           steps_per_epoch=shards.steps_per_epoch, epochs=config.training.epochs,
                           batch_size=shards.batch_size)
-
-
-def kill_if_asked(rank: int, global_step: int, environ=os.environ) -> None:
-    wanted = environ.get(KILL_HOOK_ENV)
-    if not wanted:
-        return
-    kill_rank, kill_step, marker = wanted.split(":", 2)
-    if rank == int(kill_rank) and global_step == int(kill_step) and not Path(marker).exists():
-        Path(marker).write_text(f"rank {rank} killed after step {global_step}\n")
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
@@ -111,16 +95,18 @@ class Commits(StepHook):
     since the last commit folded into the state and committed."""
 
     def __init__(self, state, backend: Backend, rank: int, per_step: int, commit_every: int,
-                 recoveries: Recoveries, phases: Optional[Phases] = None):
+                 recoveries: Recoveries, phases: Optional[Phases] = None,
+                 hooks: Optional[StepHooks] = None):
         self.state, self.backend, self.rank, self.per_step = state, backend, rank, per_step
         self.commit_every, self.recoveries, self.phases = commit_every, recoveries, phases or Phases()
+        self.hooks = hooks or StepHooks(rank)  # the test kill hook (the trainer's, read once)
 
     def before_step(self, step: int) -> None:
         self.recoveries.step_started()
 
     def after_step(self, tally: Tally) -> None:
         self.recoveries.step_done()
-        kill_if_asked(self.rank, self.state.global_step + tally.steps)
+        self.hooks.kill_point(self.state.global_step + tally.steps)  # inert outside tests
         if tally.steps == self.commit_every:
             self.phases.enter(COMMITTING)
             self.fold(tally)
@@ -191,7 +177,8 @@ class ElasticTrainer:
         position = schedule_position(epoch, state.consumed, shards)
         lr_at = world_schedule(self.config, shards)
         commits = Commits(state, self.backend, ctx.rank, shards.per_step,
-                          self.config.training.commit_every, self.recoveries, trainer.phases)
+                          self.config.training.commit_every, self.recoveries, trainer.phases,
+                          trainer.faults)
         times = EpochTimes()  # no bytes per step: an attempt sees only part of the epoch
         tally = trainer.run_steps(epoch, batches, first, lambda i: lr_at(position + i), times,
                                   commits)

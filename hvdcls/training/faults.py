@@ -13,13 +13,17 @@ Each hook is inert unless its environment variable is set; nobody sets them outs
     HVDCLS_TEST_SLOW=RANK:FACTOR        rank RANK computes FACTOR times slower: after each training
                                         step it sleeps (FACTOR - 1) x the step's compute time
                                         (a slow rank for training.balance, without root)
+    HVDCLS_TEST_KILL=RANK:STEP:MARKER   elastic training: rank RANK SIGKILLs itself after global
+                                        step STEP, once per job (it writes the file MARKER, and
+                                        a replacement worker finding it lives)
     HVDCLS_TEST_HOLD_CHECKPOINT=EPOCH   the writer of checkpoint EPOCH stops inside the write,
                                         once the backend's files are in the temporary directory
                                         and before the rename; it creates HELD_MARKER there and
                                         sleeps (until killed)
 
-A held process sleeps at most HOLD_SECONDS and then exits with status 3, so a test that fails
-to kill it still cannot leave it behind.
+The per-step hooks are read once, when a Trainer starts (StepHooks.read): a step reads no
+environment. A held process sleeps at most HOLD_SECONDS and then exits with status 3, so a
+test that fails to kill it still cannot leave it behind.
 """
 from __future__ import annotations
 
@@ -27,12 +31,14 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Mapping, Optional
 
 STALL = "HVDCLS_TEST_STALL"
 FREEZE = "HVDCLS_TEST_FREEZE"
 SLOW = "HVDCLS_TEST_SLOW"
+KILL = "HVDCLS_TEST_KILL"
 HOLD_CHECKPOINT = "HVDCLS_TEST_HOLD_CHECKPOINT"
 HELD_MARKER = "test-hook-held"
 HOLD_SECONDS = 300
@@ -46,43 +52,67 @@ def _hold(reason: str) -> None:
     os._exit(3)
 
 
-def _wanted_step(variable: str, rank: int) -> int | None:
-    """The step a "RANK:STEP[:...]" hook names for this rank; None: not this rank, or unset."""
-    wanted = os.environ.get(variable)
-    if not wanted:
+def _wanted(value: Optional[str], rank: int) -> Optional[list[str]]:
+    """The fields after RANK of a "RANK:...:..." hook when it names this rank; else None."""
+    if not value:
         return None
-    hook_rank, _, rest = wanted.partition(":")
-    return int(rest.split(":")[0] or 0) if int(hook_rank) == rank else None
+    hook_rank, _, rest = value.partition(":")
+    return rest.split(":", 1) if int(hook_rank) == rank else None
 
 
-def stalling(groups: Iterable[list], rank: int, first_step: int, first_epoch: bool) -> Iterator[list]:
-    """The step loop's micro-batch groups, numbered from `first_step`; when HVDCLS_TEST_STALL
-    names this rank, reading the group of its step holds instead (the loop is reading data)."""
-    step = _wanted_step(STALL, rank) if first_epoch else None
-    for index, group in enumerate(groups):
-        if first_step + index == step:
-            _hold(f"rank {rank} stops submitting tensors: reading the data of step {step} never returns")
-        yield group
+@dataclass(frozen=True)
+class StepHooks:
+    """This rank's per-step hooks, parsed from the environment once (StepHooks.read); all
+    inert by default. A step then compares numbers, it does not look at the environment."""
 
+    rank: int
+    stall_step: Optional[int] = None  # STALL
+    freeze_step: Optional[int] = None  # FREEZE ...
+    freeze_pid_file: str = ""  # ... and where the frozen rank writes its process id
+    slow_factor: float = 1.0  # SLOW
+    kill_step: Optional[int] = None  # KILL (elastic) ...
+    kill_marker: str = ""  # ... and the file recording that it happened
 
-def freeze_point(rank: int, step: int, first_epoch: bool) -> None:
-    """Called before every training step; SIGSTOPs rank RANK at STEP when HVDCLS_TEST_FREEZE is set."""
-    if first_epoch and _wanted_step(FREEZE, rank) == step:
-        pid_file = os.environ[FREEZE].split(":", 2)[2]
-        Path(pid_file).write_text(str(os.getpid()))
-        print(f"hvdcls: test hook: rank {rank} stops itself (SIGSTOP) before step {step}",
-              file=sys.stderr, flush=True)
-        os.kill(os.getpid(), signal.SIGSTOP)
+    @classmethod
+    def read(cls, rank: int, environ: Mapping[str, str] = os.environ) -> "StepHooks":
+        stall, freeze, slow, kill = (_wanted(environ.get(name), rank)
+                                     for name in (STALL, FREEZE, SLOW, KILL))
+        return cls(rank,
+                   stall_step=int(stall[0] or 0) if stall else None,
+                   freeze_step=int(freeze[0] or 0) if freeze else None,
+                   freeze_pid_file=freeze[1] if freeze and len(freeze) > 1 else "",
+                   slow_factor=float(slow[0]) if slow else 1.0,
+                   kill_step=int(kill[0]) if kill else None,
+                   kill_marker=kill[1] if kill else "")
 
+    def stalling(self, groups: Iterable[list], first_step: int, first_epoch: bool) -> Iterator[list]:
+        """The step loop's micro-batch groups, numbered from `first_step`; when STALL names this
+        rank, reading the group of its step holds instead (the loop is reading data)."""
+        step = self.stall_step if first_epoch else None
+        for index, group in enumerate(groups):
+            if first_step + index == step:
+                _hold(f"rank {self.rank} stops submitting tensors: reading the data of step {step} "
+                      "never returns")
+            yield group
 
-def slow_point(rank: int, compute_seconds: float) -> None:
-    """Called after every training step; stretches rank RANK's compute when HVDCLS_TEST_SLOW is set."""
-    wanted = os.environ.get(SLOW)
-    if not wanted:
-        return
-    slow_rank, _, factor = wanted.partition(":")
-    if rank == int(slow_rank):
-        time.sleep(max(float(factor) - 1.0, 0.0) * compute_seconds)
+    def freeze_point(self, step: int, first_epoch: bool) -> None:
+        """Called before every training step; SIGSTOPs this rank at FREEZE's step."""
+        if first_epoch and self.freeze_step == step:
+            Path(self.freeze_pid_file).write_text(str(os.getpid()))
+            print(f"hvdcls: test hook: rank {self.rank} stops itself (SIGSTOP) before step {step}",
+                  file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    def slow_point(self, compute_seconds: float) -> None:
+        """Called after every training step; stretches this rank's compute by SLOW's factor."""
+        if self.slow_factor != 1.0:
+            time.sleep(max(self.slow_factor - 1.0, 0.0) * compute_seconds)
+
+    def kill_point(self, global_step: int) -> None:
+        """Called after every elastic step; SIGKILLs this rank after KILL's step, once per job."""
+        if global_step == self.kill_step and not Path(self.kill_marker).exists():
+            Path(self.kill_marker).write_text(f"rank {self.rank} killed after step {global_step}\n")
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def checkpoint_point(epoch: int, tmp: Path) -> None:

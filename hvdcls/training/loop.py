@@ -186,6 +186,7 @@ class Trainer:
         self.ema = ema.schedule_for(config, self.images_per_step)  # None: no model EMA
         self.profiler: Optional[StepProfiler] = None
         self.first_epoch = 0
+        self.faults = faults.StepHooks.read(ctx.rank)  # test hooks, read once; inert outside tests
 
     def begin(self, start_epoch: int, history: list[EpochRecord]) -> None:
         """The run (or attempt) starts after `start_epoch` epochs whose records are `history`."""
@@ -274,12 +275,12 @@ class Trainer:
         loss_reads = LossReads(self.config.training.log_every)
         loader = LoaderWait(self.backend.loader(batches, self.config.data.workers))
         first_epoch = epoch == self.first_epoch
-        groups = faults.stalling(grouped(loader, self.passes), self.ctx.rank, first_step, first_epoch)
+        groups = self.faults.stalling(grouped(loader, self.passes), first_step, first_epoch)
         self.phases.slow_until_step(READING, first_step)
         for i, micro in enumerate(groups):
             step = first_step + i
             self.phases.enter(self.step_phase, step)
-            faults.freeze_point(self.ctx.rank, step, first_epoch)  # inert outside tests
+            self.faults.freeze_point(step, first_epoch)  # inert outside tests
             hook.before_step(step)
             lr = lr_at(i)
             timed = self.timed_step(epoch, step, micro, lr, loader.take(), loss_reads)
@@ -302,7 +303,7 @@ class Trainer:
         started = time.perf_counter()
         sums = self.backend.train_step(micro, lr, self.grad_weight())
         compute = time.perf_counter() - started - (self.backend.allreduce_wait_seconds() or 0.0)
-        faults.slow_point(self.ctx.rank, compute)  # inert outside tests
+        self.faults.slow_point(compute)  # inert outside tests
         seconds = time.perf_counter() - started
         if self.profiler:
             self.profiler.after_step(epoch, step)

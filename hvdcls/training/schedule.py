@@ -13,18 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hvdcls.config import REFERENCE_BATCH, OptimizerConfig, ScheduleConfig
-
-
-
-
-def peak_lr(optimizer: OptimizerConfig, world_size: int, backward_passes: int, batch_size: int) -> float:
-    """The rate after scaling; `batch_size` is one worker's batch per backward pass."""
-    if optimizer.scale_lr == "per256":
-        return optimizer.lr * (batch_size * world_size * backward_passes / REFERENCE_BATCH)
-    if optimizer.scale_lr == "linear":
-        return optimizer.lr * world_size * backward_passes
-    return optimizer.lr
+from hvdcls.config import OptimizerConfig, ScheduleConfig
+from hvdcls.config import peak_lr  # the scaling rule: config's, shared with worker_lr
 
 
 @dataclass(frozen=True)

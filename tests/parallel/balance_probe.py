@@ -1,5 +1,6 @@
-"""Run under horovodrun -np 2 by test_balance.py: with unequal per-rank batches (training.balance)
-two optimizer steps must give what one process gives on the whole global batch.
+"""Run under horovodrun -np 2 for test_balance.py (by tests/parallel/probes.py): with unequal
+per-rank batches (training.balance) two optimizer steps must give what one process gives on the
+whole global batch.
 
     python -m tests.parallel.balance_probe BACKEND OUT_DIR   (on every rank)
 

@@ -1,4 +1,4 @@
-"""Run under horovodrun by test_sync_bn.py: synchronised batch norm on each rank's half of a
+"""Run under horovodrun for test_sync_bn.py (by tests/parallel/probes.py): synchronised batch norm on each rank's half of a
 batch must match plain batch norm on the whole batch, forward and backward.
 
     python -m tests.parallel.sync_bn_probe BACKEND OUT_DIR   (on every rank)
@@ -75,7 +75,10 @@ def tensorflow_probe() -> dict:
             "running_var": diff(synced.moving_variance.value, plain.moving_variance.value)}
 
 
-if __name__ == "__main__":
-    backend, out = sys.argv[1], Path(sys.argv[2])
+def main(backend: str, out: Path) -> None:
     report = {"torch": torch_probe, "tensorflow": tensorflow_probe}[backend]()
     (out / f"rank-{report['rank']}.json").write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]))

@@ -1,7 +1,8 @@
 """training.balance under horovodrun -np 2: unequal per-rank batches must not change the
-optimisation. One probe launch per backend (balance_probe.py) checks two steps under two plans
-against one process on the global batch (SyncBN, gradient accumulation, PowerSGD's warm-up, fp16
-compression) and that every rank holds the same weights; a digits run re-plans for a slow rank."""
+optimisation. One probe launch per backend (balance_probe.py, beside sync_bn_probe.py) checks
+two steps under two plans against one process on the global batch (SyncBN, gradient
+accumulation, PowerSGD's warm-up, fp16 compression) and that every rank holds the same weights;
+a digits run re-plans for a slow rank."""
 import json
 import subprocess
 
@@ -9,7 +10,6 @@ import pytest
 
 from hvdcls import launch
 from hvdcls.training import faults
-from tests.parallel.test_sync_bn import run_probe
 from tests.parallel.test_train import DIGITS, NP
 from tests.run_files import read_json, read_metrics
 
@@ -17,9 +17,9 @@ pytestmark = pytest.mark.parallel
 
 
 @pytest.mark.parametrize("backend", ["torch", "tensorflow"])
-def test_unequal_batches_update_as_one_process_on_the_global_batch(backend, tmp_path):
-    run_probe("tests.parallel.balance_probe", backend, tmp_path)
-    reports = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(NP)]
+def test_unequal_batches_update_as_one_process_on_the_global_batch(backend, probes):
+    """balance_probe.py's reports, from the launch it shares with test_sync_bn's probe."""
+    reports = [json.loads((probes(backend) / "balance" / f"rank-{r}.json").read_text()) for r in range(NP)]
     assert set(reports[0]) == {"sync_bn", "accumulation_powersgd", "fp16"}
     for case in reports[0]:
         for report in reports:

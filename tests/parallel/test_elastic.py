@@ -4,7 +4,7 @@ backends, on this one machine.
 Horovod blacklists the *host* of a failed worker and stops the job once every host in use is
 blacklisted, so a one-host job can never recover. The machine is therefore listed under two of
 its names (`localhost:1`, `127.0.0.1:1`): Horovod sees two hosts and drops only the failed one.
-Every name is this machine's, so the interface is `lo`. A worker is killed by the test hook (hvdcls.training.elastic.KILL_HOOK_ENV): rank 1 SIGKILLs itself
+Every name is this machine's, so the interface is `lo`. A worker is killed by the test hook (hvdcls.training.faults.KILL): rank 1 SIGKILLs itself
 after a given global step, mid-epoch and between two commits.
 """
 import os
@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from hvdcls import launch
-from hvdcls.training import elastic, faults
+from hvdcls.training import faults
+from tests.parallel.test_train import NO_PICTURES
 from tests.run_files import read_json, read_metrics
 
 pytestmark = pytest.mark.parallel
@@ -44,7 +45,7 @@ def start(tmp_path: Path, backend: str, np: int, min_np: int, hosts: str, *args:
     command = launch.hvdcls_command("train", "--backend", backend, "--config", DIGITS,
                                     "--output-dir", str(out), "--epochs", str(epochs), "--quiet",
                                     "training.elastic=true", f"training.commit_every={COMMIT_EVERY}",
-                                    *args)
+                                    *NO_PICTURES, *args)
     cmd = launch.horovodrun_elastic(np, min_np, 2, str(script), command, network_interface="lo",
                                     **options)
     job = subprocess.Popen(cmd, env={**launch.single_host_env(), **(env or {})}, cwd=tmp_path,
@@ -70,7 +71,7 @@ def completed(job: subprocess.Popen) -> str:
 
 def kill_hook(tmp_path: Path, step: int = KILL_STEP) -> tuple[dict, Path]:
     marker = tmp_path / "killed"
-    return {elastic.KILL_HOOK_ENV: f"1:{step}:{marker}"}, marker
+    return {faults.KILL: f"1:{step}:{marker}"}, marker
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -135,9 +136,11 @@ def test_host_added_by_discovery_is_used(backend, tmp_path):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_world_below_min_np_ends_the_job_with_a_message(backend, tmp_path):
     hook, marker = kill_hook(tmp_path, step=5)
-    # No blacklist cooldown: the failed host stays out, one worker is left of the two needed.
+    # No blacklist cooldown: the failed host stays out, one worker is left of the two needed;
+    # the job waits out the elastic timeout for a second one, then ends (5 s: the discovery
+    # script answers at once).
     job, out, _ = start(tmp_path, backend, 2, 2, TWO_HOSTS, env=hook, epochs=2,
-                        elastic_timeout=10, cooldown=None)
+                        elastic_timeout=5, cooldown=None)
     output = finish(job, timeout=300)  # the bound: a hang fails here
     assert marker.exists(), output[-3000:]
     assert job.returncode != 0

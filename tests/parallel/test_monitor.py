@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hvdcls import launch
-from tests.parallel.test_train import DIGITS, NP, train
+from tests.parallel.test_train import DIGITS, NP
 from tests.run_files import read_json, read_metrics
 
 pytestmark = pytest.mark.parallel
@@ -183,10 +183,11 @@ def png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def test_report_compares_torch_and_tensorflow_runs(watched_run, tmp_path):
+def test_report_compares_torch_and_tensorflow_runs(watched_run, demo_run, tmp_path):
+    """Against the session's TensorFlow demo run (tests/parallel/conftest.py: test_train and
+    test_powersgd read it too), not a launch of its own; the report only reads run folders."""
     torch_run, _, _, _ = watched_run
-    tf_run = tmp_path / "tf"
-    train("horovodrun", NP, "tensorflow", tf_run, "--epochs", "2", "output.checkpoint_every=0")
+    tf_run = demo_run("tensorflow")
     png = tmp_path / "compare.png"
     result = subprocess.run([sys.executable, "-m", "hvdcls", "report", str(torch_run), str(tf_run),
                              "-o", str(png)], capture_output=True, text=True, timeout=300)

@@ -1,5 +1,7 @@
 """hvdcls.data.autoaugment: each op against a numpy reference, the magnitude tables, the three
 policies and random erasing drawn only from the generator they are given."""
+import hashlib
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -124,6 +126,31 @@ def test_random_erase_zeroes_one_box_within_the_scale():
         assert 0.02 * 0.5 <= zero.mean() <= 0.33 * 1.2 and (out[zero] == 0).all()
     assert aa.random_erase(x, np.random.default_rng(0), 0.0) is x
     assert x.min() == 1  # the input is never written
+
+
+def erased_box(shape, seed) -> tuple:
+    out = aa.random_erase(np.ones(shape, np.float32), np.random.default_rng(seed), 1.0)
+    rows, cols = np.nonzero(out[..., 0] == 0)
+    return int(rows.min()), int(cols.min()), int(rows.max()) + 1, int(cols.max()) + 1
+
+
+def test_random_erase_pixels_for_a_seed_are_pinned():
+    """A run's augmented pixels must not move with a refactoring: the boxes of a few seeds
+    (top, left, bottom, right), and a digest of erased arrays over shapes, probabilities and
+    100 seeds each, with the generator's next draw (so the number of draws is pinned too)."""
+    assert [erased_box((32, 32, 1), seed) for seed in range(3)] == [(2, 0, 8, 18), (17, 4, 29, 32),
+                                                                    (7, 2, 23, 9)]
+    assert [erased_box((20, 48, 1), seed) for seed in range(3)] == [(1, 0, 7, 17), (8, 20, 19, 47),
+                                                                    (2, 3, 17, 10)]
+    digest = hashlib.sha256()
+    for shape in ((32, 32, 3), (20, 48, 3), (7, 5, 3), (2, 9, 1)):  # the last ones: tries fail
+        x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape) + 1
+        for probability in (1.0, 0.5):
+            for seed in range(100):
+                rng = np.random.default_rng(seed)
+                digest.update(aa.random_erase(x, rng, probability).tobytes())
+                digest.update(str(rng.integers(1 << 30)).encode())
+    assert digest.hexdigest() == "32b8752ff77cef32c252756e3c8ac6a8a2add958364e48a8f888288f4649e876"
 
 
 # --- through Preprocess: same pixels whatever order the loader's workers ask ---------------------

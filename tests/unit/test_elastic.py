@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from hvdcls.backend import Context
-from hvdcls.training import elastic
+from hvdcls.training import elastic, faults
 
 
 def test_initial_progress_starts_an_epoch_and_copies_history():
@@ -23,17 +23,19 @@ def test_attempt_seed_differs_by_point_in_the_epoch_and_rank():
 
 def test_kill_hook_fires_once_on_its_rank_and_step(tmp_path, monkeypatch):
     killed = []
-    monkeypatch.setattr(elastic.os, "kill", lambda pid, sig: killed.append(sig))
+    monkeypatch.setattr(faults.os, "kill", lambda pid, sig: killed.append(sig))
     marker = tmp_path / "killed"
-    environ = {elastic.KILL_HOOK_ENV: f"1:12:{marker}"}
-    elastic.kill_if_asked(0, 12, environ)
-    elastic.kill_if_asked(1, 11, environ)
+    environ = {faults.KILL: f"1:12:{marker}"}
+    rank0, rank1 = (faults.StepHooks.read(rank, environ) for rank in (0, 1))
+    rank0.kill_point(12)
+    rank1.kill_point(11)
     assert killed == [] and not marker.exists()
-    elastic.kill_if_asked(1, 12, environ)
+    rank1.kill_point(12)
     assert killed == [signal.SIGKILL] and marker.exists()
-    elastic.kill_if_asked(1, 12, environ)  # a replacement worker reaching step 12 again lives
+    rank1.kill_point(12)  # a replacement worker reaching step 12 again lives
     assert killed == [signal.SIGKILL]
-    elastic.kill_if_asked(1, 12, {})
+    faults.StepHooks.read(1, {}).kill_point(12)
+    assert killed == [signal.SIGKILL]
 
 
 def test_recoveries_count_lost_steps_and_the_gap(monkeypatch):
@@ -88,11 +90,10 @@ class SummingBackend:
         return list(values)
 
 
-def test_commits_fold_every_commit_every_steps_and_leave_the_tail_to_fold(monkeypatch):
+def test_commits_fold_every_commit_every_steps_and_leave_the_tail_to_fold():
     from hvdcls.backend import Sums
     from hvdcls.training.loop import Tally
 
-    monkeypatch.delenv(elastic.KILL_HOOK_ENV, raising=False)
     state, recoveries = FakeState(), elastic.Recoveries()
     commits = elastic.Commits(state, SummingBackend(), rank=0, per_step=64, commit_every=2,
                               recoveries=recoveries)

@@ -156,3 +156,15 @@ def test_backends_build_their_optimizer_at_one_workers_rate():
     assert config.worker_lr(config.load().optimizer, 32) == 0.05  # the digits, bit for bit
     assert config.worker_lr(OptimizerConfig(lr=0.1), 32) == 0.0125
     assert config.worker_lr(OptimizerConfig(lr=0.1, scale_lr="linear"), 32) == 0.1
+
+
+def test_worker_rate_is_the_peak_of_a_world_of_one_bit_for_bit():
+    """worker_lr is peak_lr at one worker and one pass: lr x (batch / 256) is the float that
+    lr x batch / 256 was (256 is a power of two), so no backend's optimizer moved."""
+    from hvdcls import config
+    for lr in (0.1, 0.4, 0.3, 1e-3, 0.0123456789, 2.5):
+        for batch in (1, 3, 7, 24, 32, 96, 100, 333, 4096):
+            opt = OptimizerConfig(lr=lr)
+            assert config.worker_lr(opt, batch) == lr * batch / 256 == schedule.peak_lr(opt, 1, 1, batch)
+            for scale in ("linear", "none"):
+                assert config.worker_lr(OptimizerConfig(lr=lr, scale_lr=scale), batch) == lr

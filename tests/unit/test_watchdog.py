@@ -238,11 +238,26 @@ def test_the_stall_hook_holds_in_the_data_read_of_its_step_only(monkeypatch):
 
     held = []
     monkeypatch.setattr(faults, "_hold", held.append)
-    monkeypatch.setenv(faults.STALL, "1:3")
+    environ = {faults.STALL: "1:3"}
+    rank0, rank1 = (faults.StepHooks.read(rank, environ) for rank in (0, 1))
     groups = [[i] for i in range(6)]
-    assert list(faults.stalling(groups, 0, 0, True)) == groups and held == []  # another rank
-    assert list(faults.stalling(groups, 1, 0, False)) == groups and held == []  # a later epoch
-    assert list(faults.stalling(groups[2:], 1, 2, True)) == groups[2:]  # numbered from step 2
+    assert list(rank0.stalling(groups, 0, True)) == groups and held == []  # another rank
+    assert list(rank1.stalling(groups, 0, False)) == groups and held == []  # a later epoch
+    assert list(rank1.stalling(groups[2:], 2, True)) == groups[2:]  # numbered from step 2
     assert len(held) == 1 and "step 3" in held[0]
-    monkeypatch.delenv(faults.STALL)
-    assert list(faults.stalling(groups, 1, 0, True)) == groups and len(held) == 1
+    unset = faults.StepHooks.read(1, {})
+    assert list(unset.stalling(groups, 0, True)) == groups and len(held) == 1
+
+
+def test_step_hooks_are_read_once_and_parse_every_hook():
+    """A step reads no environment: what a Trainer read at its start holds for its steps."""
+    from hvdcls.training import faults
+
+    environ = {faults.STALL: "1:3", faults.FREEZE: "1:5:/tmp/x:y.pid", faults.SLOW: "1:2.5",
+               faults.KILL: "1:12:/tmp/marker"}
+    hooks = faults.StepHooks.read(1, environ)
+    environ.clear()  # read already: later changes do not reach the steps
+    assert hooks == faults.StepHooks(1, stall_step=3, freeze_step=5, freeze_pid_file="/tmp/x:y.pid",
+                                     slow_factor=2.5, kill_step=12, kill_marker="/tmp/marker")
+    assert faults.StepHooks.read(0, {faults.SLOW: "1:2.5", faults.STALL: "1"}) == faults.StepHooks(0)
+    assert faults.StepHooks.read(1, {faults.STALL: "1"}).stall_step == 0
