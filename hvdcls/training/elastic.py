@@ -15,6 +15,7 @@ end_epoch); what elastic adds around each step, `Commits`, is passed to that loo
 """
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,8 @@ from hvdcls.backend import Backend, Context
 from hvdcls.config import Config
 from hvdcls.data.sharding import ElasticShards
 from hvdcls.data.sources import Data
-from hvdcls.observe.monitor import EpochRecord, Monitor
+from hvdcls.errors import UserError
+from hvdcls.observe.monitor import EpochRecord, Monitor, Sink
 from hvdcls.training import schedule
 from hvdcls.training.faults import StepHooks
 from hvdcls.training.loop import EpochTimes, Reduced, StepHook, Tally, Trainer, as_floats
@@ -126,14 +128,59 @@ class Commits(StepHook):
         state.lr = tally.lr
 
 
+class RankZeroWatchers:
+    """Rank 0's watchers (progress lines, the metrics port, TensorBoard, report.png) follow
+    rank 0 across resets: after each sync, the process that became rank 0 makes them (the same
+    configured port, on its own host) and one that stopped being rank 0 closes its own. Without
+    this a job whose first rank 0 left trains on silently, and `hvdcls serve` ends it as hung.
+
+    `make(metrics)` makes the sinks, the Prometheus one only if `metrics`; it raises UserError
+    when the port is busy. The last holder on this host may still be closing it (it closes
+    after the same sync), so the port is tried for `port_wait_seconds` before going on
+    without it: progress lines matter more than the endpoint."""
+
+    def __init__(self, monitor: Monitor, make: Callable[[bool], list[Sink]],
+                 say: Callable[[str], None] = lambda line: print(line, flush=True),
+                 port_wait_seconds: float = 10.0, sleep: Callable[[float], None] = time.sleep):
+        self.monitor, self.make, self.say = monitor, make, say
+        self.port_wait_seconds, self.sleep = port_wait_seconds, sleep
+        self.held = bool(monitor.sinks)  # the first rank 0 made them before the loop
+
+    def follow(self, ctx: Context) -> None:
+        if ctx.is_main and not self.held:
+            self.monitor.sinks = self.take_over()
+            self.held = True
+            self.say(f"elastic: rank 0 is now this process on {socket.gethostname()}: "
+                     f"it took over the watchers ({ctx.size} worker(s))")
+        elif not ctx.is_main and self.held:
+            self.monitor.close()  # frees the metrics port for the new rank 0
+            self.monitor.sinks = []
+            self.held = False
+            self.say(f"elastic: this process is rank {ctx.rank} now: it closed rank 0's watchers")
+
+    def take_over(self) -> list[Sink]:
+        waited = 0.0
+        while True:
+            try:
+                return self.make(True)
+            except UserError as err:
+                if waited >= self.port_wait_seconds:
+                    self.say(f"elastic: {err}; the new rank 0 goes on without the metrics endpoint")
+                    return self.make(False)
+            self.sleep(0.25)
+            waited += 0.25
+
+
 class ElasticTrainer:
     """One attempt per (re)start of the world; everything lasting lives in `state`."""
 
     def __init__(self, config: Config, backend: Backend, data: Data, run_dir: Path,
                  monitor: Monitor, watchdog: Watchdog,
-                 make_outputs: Callable[[Path, bool], RunOutputs] = RunOutputs):
+                 make_outputs: Callable[[Path, bool], RunOutputs] = RunOutputs,
+                 watchers: Optional[RankZeroWatchers] = None):
         self.config, self.backend, self.data, self.run_dir = config, backend, data, run_dir
         self.monitor, self.watchdog, self.make_outputs = monitor, watchdog, make_outputs
+        self.watchers = watchers
         self.recoveries = Recoveries()
 
     def attempt(self, state, ctx: Context) -> Trainer:
@@ -149,6 +196,8 @@ class ElasticTrainer:
 
     def attempt_here(self, state, ctx: Context) -> Trainer:
         self.recoveries.restarted(state, ctx)
+        if self.watchers is not None:  # before trainer.begin, which starts the sinks
+            self.watchers.follow(ctx)
         outputs = self.make_outputs(self.run_dir, ctx.is_main)
         trainer = Trainer(self.config, self.backend, ctx, self.data, outputs, self.monitor,
                           self.watchdog.phases)
@@ -199,10 +248,13 @@ class ElasticTrainer:
 
 
 def run(config: Config, backend: Backend, data: Data, run_dir: Path, monitor: Monitor,
-        start_epoch: int, history: list[EpochRecord], watchdog: Watchdog) -> tuple[Trainer, Any, dict]:
+        start_epoch: int, history: list[EpochRecord], watchdog: Watchdog,
+        make_sinks: Optional[Callable[[bool], list[Sink]]] = None) -> tuple[Trainer, Any, dict]:
     """Train under Horovod's elastic retry; returns (the last attempt's trainer, the state,
-    what the resets cost as this process saw them)."""
-    elastic = ElasticTrainer(config, backend, data, run_dir, monitor, watchdog)
+    what the resets cost as this process saw them). With `make_sinks` (RankZeroWatchers), the
+    monitor's sinks follow rank 0."""
+    watchers = RankZeroWatchers(monitor, make_sinks) if make_sinks is not None else None
+    elastic = ElasticTrainer(config, backend, data, run_dir, monitor, watchdog, watchers=watchers)
     state = backend.elastic_state(initial_progress(start_epoch, history))
     trainer = backend.elastic_run(state, elastic.attempt)
     return trainer, state, elastic.recoveries.summary(state, config.training.commit_every)

@@ -247,6 +247,7 @@ class ElasticRun(RunKind):
         return resumed_progress(resumed)
 
     def make_sinks(self, job: Job, ctx: Context, outputs: RunOutputs) -> list[Sink]:
+        # The first rank 0's; after a reset they follow rank 0 (elastic.RankZeroWatchers).
         return make_sinks(job.config, job.backend_name, outputs) if ctx.is_main else []
 
     def start_watchdog(self, job: Job, ctx: Context) -> watchdog.Watchdog:
@@ -257,8 +258,13 @@ class ElasticRun(RunKind):
     def train(self, job: Job, ctx: Context, outputs: RunOutputs, monitor: Monitor,
               start_epoch: int, history: list[EpochRecord], dog: watchdog.Watchdog) -> Ended:
         # A Horovod shutdown here is elastic's to recover from, not a stall to report.
+        # A process that becomes rank 0 later makes the watchers itself, and says so itself.
+        rank_zero_outputs = RunOutputs(outputs.run_dir, enabled=True)
+        sinks = lambda metrics: make_sinks(job.config, job.backend_name,  # noqa: E731
+                                           rank_zero_outputs, metrics)
         trainer, state, recoveries = elastic.run(job.config, job.backend, job.data,
-                                                 outputs.run_dir, monitor, start_epoch, history, dog)
+                                                 outputs.run_dir, monitor, start_epoch, history, dog,
+                                                 make_sinks=sinks)
         return Ended(trainer.ctx, trainer.outputs, state.history, {"elastic": recoveries})
 
     def details(self, summary: dict) -> str:
@@ -333,14 +339,16 @@ def publish(summary: dict, outputs: RunOutputs, monitor: Monitor, details: str) 
     monitor.finish()
 
 
-def make_sinks(config: cfg.Config, backend_name: str, outputs: RunOutputs) -> list[Sink]:
-    """Rank 0's watchers of the run: progress, and as configured Prometheus, TensorBoard and
-    report.png (hvdcls.observe.monitor). Imported here, on rank 0, only when wanted."""
+def make_sinks(config: cfg.Config, backend_name: str, outputs: RunOutputs,
+               metrics: bool = True) -> list[Sink]:
+    """Rank 0's watchers of the run: progress, and as configured Prometheus (unless not
+    `metrics`), TensorBoard and report.png (hvdcls.observe.monitor). Imported here, on rank 0,
+    only when wanted."""
     from hvdcls.observe.progress import Progress, choose_mode
 
     out = config.output
     sinks: list[Sink] = [Progress(choose_mode(out.progress, sys.stdout), config.training.log_every)]
-    if out.metrics_port is not None:
+    if metrics and out.metrics_port is not None:
         from hvdcls.observe.prometheus import PrometheusSink
 
         exporter = PrometheusSink(out.metrics_port, out.metrics_host,

@@ -4,10 +4,12 @@ backends, on this one machine.
 Horovod blacklists the *host* of a failed worker and stops the job once every host in use is
 blacklisted, so a one-host job can never recover. The machine is therefore listed under two of
 its names (`localhost:1`, `127.0.0.1:1`): Horovod sees two hosts and drops only the failed one.
-Every name is this machine's, so the interface is `lo`. A worker is killed by the test hook (hvdcls.training.faults.KILL): rank 1 SIGKILLs itself
-after a given global step, mid-epoch and between two commits.
+Every name is this machine's, so the interface is `lo`. A worker is killed by the test hook (hvdcls.training.faults.KILL): a given rank SIGKILLs
+itself after a given global step, mid-epoch and between two commits (rank 0, the holder of the
+watchers, in the recovery test; rank 1 elsewhere).
 """
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -39,13 +41,14 @@ def discovery(tmp_path: Path, hosts: str) -> tuple[Path, Path]:
 
 
 def start(tmp_path: Path, backend: str, np: int, min_np: int, hosts: str, *args: str,
-          env: dict | None = None, epochs: int = EPOCHS, **options) -> tuple[subprocess.Popen, Path, Path]:
+          env: dict | None = None, epochs: int = EPOCHS, quiet: bool = True,
+          **options) -> tuple[subprocess.Popen, Path, Path]:
     hosts_file, script = discovery(tmp_path, hosts)
     out = tmp_path / "run"
     command = launch.hvdcls_command("train", "--backend", backend, "--config", DIGITS,
-                                    "--output-dir", str(out), "--epochs", str(epochs), "--quiet",
-                                    "training.elastic=true", f"training.commit_every={COMMIT_EVERY}",
-                                    *NO_PICTURES, *args)
+                                    "--output-dir", str(out), "--epochs", str(epochs),
+                                    *(["--quiet"] if quiet else []), "training.elastic=true",
+                                    f"training.commit_every={COMMIT_EVERY}", *NO_PICTURES, *args)
     cmd = launch.horovodrun_elastic(np, min_np, 2, str(script), command, network_interface="lo",
                                     **options)
     job = subprocess.Popen(cmd, env={**launch.single_host_env(), **(env or {})}, cwd=tmp_path,
@@ -69,9 +72,15 @@ def completed(job: subprocess.Popen) -> str:
     return output
 
 
-def kill_hook(tmp_path: Path, step: int = KILL_STEP) -> tuple[dict, Path]:
+def kill_hook(tmp_path: Path, step: int = KILL_STEP, rank: int = 1) -> tuple[dict, Path]:
     marker = tmp_path / "killed"
-    return {faults.KILL: f"1:{step}:{marker}"}, marker
+    return {faults.KILL: f"{rank}:{step}:{marker}"}, marker
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -98,11 +107,16 @@ def test_undisturbed_elastic_run_trains_like_the_plain_one(undisturbed):
 
 
 def test_killed_worker_costs_at_most_one_commit_interval(undisturbed, tmp_path):
+    """The worker killed is rank 0, the one holding the watchers: the survivor becomes rank 0
+    and takes them over (progress lines, the same metrics port), without duplicate lines."""
     backend, reference = undisturbed
-    hook, marker = kill_hook(tmp_path)
-    job, out, _ = start(tmp_path, backend, 2, 1, TWO_HOSTS, env=hook)
+    hook, marker = kill_hook(tmp_path, rank=0)
+    port = free_port()
+    job, out, _ = start(tmp_path, backend, 2, 1, TWO_HOSTS, f"output.metrics_port={port}",
+                        "output.progress=lines", env=hook, quiet=False)
     output = completed(job)
     assert marker.exists(), output[-3000:]  # the worker really was killed
+    check_watchers_followed_rank_zero(output, port)
     summary = read_json(out / "summary.json")
     recovered = summary["elastic"]
     assert recovered["resets"] >= 1 and recovered["recoveries"][0]["resumed_at_step"] == 22
@@ -112,6 +126,18 @@ def test_killed_worker_costs_at_most_one_commit_interval(undisturbed, tmp_path):
     assert summary["val_accuracy"] >= reference["val_accuracy"] - 0.05, \
         (summary["val_accuracy"], reference["val_accuracy"])
     assert len(set(summary["rank_weight_digests"])) == 1
+
+
+def check_watchers_followed_rank_zero(output: str, port: int) -> None:
+    """Rank 0 (killed in epoch 2) printed epoch 1's line; the survivor took over and printed
+    the rest: every epoch's line exactly once, the endpoint served on the port by both."""
+    took_over = output.find("elastic: rank 0 is now this process on ")
+    assert took_over > 0, output[-3000:]
+    # on the same port by both (Horovod keeps the survivor first, so the rejoining one is rank 1)
+    assert output.count(f"Prometheus endpoint on http://0.0.0.0:{port}/metrics") >= 2, output[-3000:]
+    for epoch in range(1, EPOCHS + 1):
+        assert output.count(f"epoch {epoch}: train loss") == 1, output[-3000:]
+    assert output.find("epoch 1: train loss") < took_over < output.find("epoch 2: train loss")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -5,6 +5,8 @@ from types import SimpleNamespace
 import pytest
 
 from hvdcls.backend import Context
+from hvdcls.errors import UserError
+from hvdcls.observe.monitor import Monitor, Sink
 from hvdcls.training import elastic, faults
 
 
@@ -107,3 +109,58 @@ def test_commits_fold_every_commit_every_steps_and_leave_the_tail_to_fold():
     assert (state.global_step, state.epoch_steps, state.consumed) == (5, 5, 5 * 64)
     assert state.train_sums == [2.5, 5.0, 10.0] and state.lr == pytest.approx(0.4)
     assert state.commits == 2 and recoveries.steps_run == 5
+
+
+class FakeSink(Sink):
+    def __init__(self, name: str, opened: list):
+        self.name, self.opened = name, opened
+        opened.append(name)
+
+    def close(self) -> None:
+        self.opened.remove(self.name)
+
+
+def test_rank_zeros_watchers_follow_rank_zero_across_resets():
+    """The first rank 0 holds the sinks; renumbered to rank 1 it closes them (the port is
+    free), and becoming rank 0 again it makes new ones; rank 1 staying rank 1 does nothing."""
+    opened, lines, made = [], [], []
+
+    def make(metrics: bool):
+        made.append(metrics)
+        return [FakeSink(f"progress{len(made)}", opened)] + (
+            [FakeSink(f"port{len(made)}", opened)] if metrics else [])
+
+    monitor = Monitor(make(True))
+    watchers = elastic.RankZeroWatchers(monitor, make, say=lines.append)
+    rank = lambda r, size=2: Context("torch", r, size, 0, 1, "gloo", "cpu", 1)  # noqa: E731
+    watchers.follow(rank(0))  # the first attempt: nothing changes
+    assert opened == ["progress1", "port1"] and len(made) == 1 and lines == []
+    watchers.follow(rank(1))
+    assert opened == [] and monitor.sinks == [] and "rank 1 now" in lines[-1]
+    watchers.follow(rank(1))
+    assert opened == [] and len(made) == 1
+    watchers.follow(rank(0, size=1))
+    assert opened == ["progress2", "port2"] and monitor.sinks and made == [True, True]
+    assert "took over the watchers (1 worker(s))" in lines[-1]
+
+
+def test_a_new_rank_zero_waits_for_the_port_then_goes_on_without_it():
+    """The port's last holder on this host closes it after the same sync: wait for it, a
+    bounded time; a port never freed costs the endpoint, never the progress lines."""
+    busy_for, lines, slept = [2], [], []
+
+    def make(metrics: bool):
+        if metrics and busy_for[0]:
+            busy_for[0] -= 1
+            raise UserError("--metrics-port 9400: cannot listen on 0.0.0.0:9400: in use")
+        return ["progress", "port"] if metrics else ["progress"]
+
+    watchers = elastic.RankZeroWatchers(Monitor([]), make, say=lines.append,
+                                        port_wait_seconds=1.0, sleep=slept.append)
+    watchers.follow(Context("torch", 0, 1, 0, 1, "gloo", "cpu", 1))
+    assert watchers.monitor.sinks == ["progress", "port"] and len(slept) == 2
+    watchers = elastic.RankZeroWatchers(Monitor([]), make, say=lines.append,
+                                        port_wait_seconds=1.0, sleep=slept.append)
+    busy_for[0] = 100
+    watchers.follow(Context("torch", 0, 1, 0, 1, "gloo", "cpu", 1))
+    assert watchers.monitor.sinks == ["progress"] and "without the metrics endpoint" in lines[-2]
