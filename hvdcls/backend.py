@@ -156,7 +156,7 @@ class Backend(abc.ABC):
         return f"loader worker thread {reader}"
 
     def waiting_for_allreduce(self) -> None:
-        if self.allreduce_wait_hook is not None:
+        if self.marks_allreduce_wait and self.allreduce_wait_hook is not None:
             self.allreduce_wait_hook()
 
     def ema_update(self, decay: float) -> None:

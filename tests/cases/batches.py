@@ -165,3 +165,31 @@ def test_the_loader_names_the_worker_holding_the_batch_waited_for(framework, wor
         assert str(threading.get_native_id()) not in said  # a worker, not this thread
     release.touch()
     assert len(list(stream)) == len(batches) - 1
+
+
+def test_the_step_marks_where_it_starts_waiting_for_the_all_reduce(framework, passes=1):
+    """The watchdog's phases (hvdcls.training.watchdog): once per step, when backward is done
+    (torch before synchronize(), TensorFlow a mark inside its compiled step); the mark changes
+    no number: the same step unmarked gives the same weights."""
+    from hvdcls import config, registry
+
+    cfg = config.load(overrides=["training.threads=1", "training.seed=3"])
+    rng = np.random.default_rng(0)
+    batch = [framework.batch(rng.normal(size=(8, 16, 16, 3)).astype(np.float32),
+                             rng.integers(0, CLASSES, 8)) for _ in range(passes)]
+    trained = []
+    for marking in (True, False):
+        backend = registry.create_backend(framework.name)
+        backend.hvd.init()
+        backend.threads, backend.device = 1, framework.cpu
+        backend.seed(3)
+        backend.build(cfg, CLASSES)
+        marks = []
+        backend.marks_allreduce_wait = marking
+        backend.allreduce_wait_hook = lambda: marks.append(threading.get_native_id())
+        for _ in range(3):
+            backend.train_step(batch, 0.05)
+        assert len(marks) == (3 if marking else 0), (marking, marks)
+        trained.append(backend.weights())
+    marked, unmarked = (list(weights.values()) for weights in trained)  # Keras renames a 2nd model
+    assert len(marked) == len(unmarked) and all(map(np.array_equal, marked, unmarked))

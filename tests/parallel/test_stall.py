@@ -68,10 +68,10 @@ def test_a_rank_stuck_reading_data_is_named_and_ends_the_job(backend, tmp_path):
     # Batch 3 of the epoch: DataLoader deals batches round robin, so worker 1 holds it.
     worker = r"loader worker 1, pid \d+" if backend == "torch" else r"loader worker thread \d+"
     assert stuck and re.search(rf"stuck reading data \(step 3, {worker}\)", stuck[0]), output[-3000:]
-    # Rank 0 waits in step 3's all-reduce; TensorFlow's compiled step cannot tell the two apart.
-    waiting = watchdog.ALLREDUCE if backend == "torch" else watchdog.IN_STEP
+    # Rank 0 waits in step 3's all-reduce: torch marks it before synchronize(), TensorFlow's
+    # compiled step once backward is done (TensorFlowBackend._backward_done).
     told = [line for line in lines if "stopped by its watchdog" in line]
-    assert told and f"rank 0 (" in told[0] and f"{waiting} (step 3)" in told[0], output[-3000:]
+    assert told and "rank 0 (" in told[0] and f"{watchdog.ALLREDUCE} (step 3)" in told[0], output[-3000:]
     assert f"Exit code: {watchdog.EXIT_STALLED}" in output, output[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["stopped"]["by"] == "watchdog" and summary["stopped"]["rank"] == 1, summary
