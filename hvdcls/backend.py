@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, NamedTuple, Optional
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Named
 from hvdcls.config import Config
 
 if TYPE_CHECKING:  # the contract names the batches type; the core's data layer sits above it
-    from hvdcls.data.batches import EpochBatches
+    from hvdcls.data.batches import EpochBatches, LoaderWait
 
 
 @dataclass(frozen=True)
@@ -144,8 +145,18 @@ class Backend(abc.ABC):
     marks_allreduce_wait = False
     allreduce_wait_hook: Optional[Callable[[], None]] = None
 
+    def loader_worker(self, loader: LoaderWait, batches: EpochBatches) -> Optional[str]:
+        """Which of the loader's workers holds the batch `loader` waits for, in a few words
+        ("loader worker 1, pid 4242"); None where this thread reads it or nobody can tell.
+        Asked from the watchdog's thread when this rank is stuck reading data, so it only
+        looks. Here: a worker thread of this process reading it (tf.data's parallel map)."""
+        reader = batches.readers.get(loader.taken)
+        if reader is None or reader == threading.main_thread().native_id:
+            return None
+        return f"loader worker thread {reader}"
+
     def waiting_for_allreduce(self) -> None:
-        if self.allreduce_wait_hook is not None:
+        if self.marks_allreduce_wait and self.allreduce_wait_hook is not None:
             self.allreduce_wait_hook()
 
     def ema_update(self, decay: float) -> None:

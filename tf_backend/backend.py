@@ -6,8 +6,9 @@ hvdcls.horovod_backend.HorovodBackend's, given horovod.tensorflow here. allreduc
 is the contract's None by default: the all-reduce runs inside the compiled step
 (DistributedGradientTape in a tf.function), interleaved with the backward pass, and timing
 it apart would mean a different step; Horovod's timeline measures it (`hvdcls timeline PATH`).
-For the same reason the watchdog sees the step as one phase, "in the step (computing or
-waiting in the all-reduce)" (hvdcls.training.watchdog.IN_STEP): marks_allreduce_wait stays False.
+The watchdog still learns where the step is: a mark in the compiled step (`_backward_done`)
+fires once every local gradient exists, and nothing waits for it, so the all-reduce overlaps
+backward as before; from the mark on the rank is "waiting in the all-reduce".
 With training.balance=dynamic the step is that different step: local gradients, then the
 all-reduce and update, timed apart, because the balancer needs each rank's compute time.
 
@@ -86,6 +87,7 @@ def pick_device(config: Config, local_rank: int) -> str:
 
 class TensorFlowBackend(HorovodBackend):
     name = "tensorflow"
+    marks_allreduce_wait = True  # the watchdog's phases: `_backward_done` (read when traced)
 
     def __init__(self):
         super().__init__(hvd, {"tensorflow": tf.__version__, "keras": keras.__version__})
@@ -161,8 +163,9 @@ class TensorFlowBackend(HorovodBackend):
         return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
 
     @staticmethod
-    def sums(loss, logits, labels) -> Sums:
-        count = tf.shape(labels)[0]
+    def sums(loss, logits, labels, mark=None) -> Sums:
+        """`mark`: the watchdog's (zero), carried in the count so the compiled step keeps it."""
+        count = tf.shape(labels)[0] + (0 if mark is None else mark)
         dominant = tf.argmax(labels, 1) if labels.dtype.is_floating else labels  # mixed: largest share
         correct = tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == dominant, tf.int32))
         return Sums(loss * tf.cast(count, tf.float32), correct, count)
@@ -180,12 +183,46 @@ class TensorFlowBackend(HorovodBackend):
             logits, loss, scaled = self._forward(images, labels, weight)
         if self.reducer is not None:
             grads = tape.gradient(scaled, tf_variables(self.model.trainable_variables))
+            marks = [self._mark_backward_done(grads)] if self.marks_allreduce_wait else []
             self._apply(self._powersgd(grads, warmup))
         else:
             # Horovod: the tape all-reduces the gradients (fused, compressed) as it returns them.
             tape = hvd.DistributedGradientTape(tape, compression=self.compression, op=self.op)
+            marks = self._marking(tape)
             self._apply(tape.gradient(scaled, tf_variables(self.model.trainable_variables)))
-        return self.sums(loss, logits, labels)
+        # The mark's output joins the step's, or the function would prune it.
+        return self.sums(loss, logits, labels, *marks)
+
+    def _marking(self, tape) -> list:
+        """Horovod's tape with the watchdog's mark: the tape reduces the local gradients in
+        `_allreduce_grads` (horovod 0.28.1's name, the last release); wrapped, the mark is
+        added there, beside the all-reduce ops and not before them. Returns the list the mark
+        tensor goes into when traced (empty: no mark, `marks_allreduce_wait` off)."""
+        marks: list = []
+        if not self.marks_allreduce_wait:
+            return marks
+        reduce = tape._allreduce_grads
+
+        def reduce_marked(grads, *args):
+            marks.append(self._mark_backward_done(grads))
+            return reduce(grads, *args)
+
+        tape._allreduce_grads = reduce_marked
+        return marks
+
+    def _mark_backward_done(self, grads):
+        """An op that runs once every gradient in `grads` is computed and calls
+        `_backward_done`; stateless, so the function's automatic control dependencies do not
+        order the all-reduce ops after it, and nothing depends on it but the step's output."""
+        dense = [g for g in grads if g is not None]
+        with tf.control_dependencies(dense):
+            probe = tf.reshape(dense[0], [-1])[:1]  # a data input too: never constant-folded
+        return tf.numpy_function(self._backward_done, [probe], tf.int32, stateful=False)
+
+    def _backward_done(self, _probe) -> np.ndarray:
+        """Called by the compiled step on TensorFlow's thread when backward is done."""
+        self.waiting_for_allreduce()
+        return np.zeros((), np.int32)
 
     def _powersgd(self, grads, warmup: bool):
         """Horovod: PowerSGD averages the gradients; the error feedback is kept unscaled."""
@@ -236,6 +273,8 @@ class TensorFlowBackend(HorovodBackend):
         if self.timed_apart:
             float(tf.reduce_sum(accumulated[0]))  # wait for the device: backward is done
             started = time.perf_counter()
+        if self.marks_allreduce_wait:  # the local gradients are in: the all-reduce is next
+            self.waiting_for_allreduce()
         self._apply_accumulated(accumulated, warmup)
         if self.timed_apart:
             self.last_allreduce_wait = time.perf_counter() - started  # (and the update)

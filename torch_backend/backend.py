@@ -10,6 +10,7 @@ import pickle
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Optional
 
 import horovod.torch as hvd
 import numpy as np
@@ -20,7 +21,7 @@ import torchvision
 from hvdcls import powersgd
 from hvdcls.backend import Sums, add
 from hvdcls.config import Config, worker_lr
-from hvdcls.data.batches import EpochBatches
+from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.errors import UserError
 from hvdcls.horovod_backend import HorovodBackend
 from torch_backend import data, elastic, models
@@ -123,6 +124,9 @@ class TorchBackend(HorovodBackend):
 
     def loader(self, batches: EpochBatches, workers: int):
         return data.loader(batches, workers, pin_memory=self.device.type == "cuda")
+
+    def loader_worker(self, loader: LoaderWait, batches: EpochBatches) -> Optional[str]:
+        return data.waited_worker(loader.iterator) or super().loader_worker(loader, batches)
 
     def to_device(self, images: torch.Tensor) -> torch.Tensor:
         """Images on the device, NHWC in memory when training.channels_last."""

@@ -5,8 +5,9 @@ parallel workers and prefetching; what is in each batch is decided here, once.
 """
 from __future__ import annotations
 
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Optional
 
 import numpy as np
@@ -27,6 +28,9 @@ class EpochBatches:
     epoch: int
     train: bool
     mix: Optional[BatchMix] = None  # training batches only
+    # batch k -> the native id of the thread reading it now: a loader whose workers are
+    # threads of this process (tf.data) can then say which one holds the batch waited for.
+    readers: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def soft_classes(self) -> Optional[int]:
@@ -37,6 +41,13 @@ class EpochBatches:
         return len(self.batches)
 
     def __getitem__(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        self.readers[k] = threading.get_native_id()
+        try:
+            return self._read(k)
+        finally:
+            self.readers.pop(k, None)
+
+    def _read(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         indices = self.batches[k]
         images = np.stack([self._one(int(i)) for i in indices])
         labels = np.asarray([self.source.label(int(i)) for i in indices], np.int64)
@@ -56,9 +67,13 @@ class LoaderWait:
 
     def __init__(self, loader: Iterable):
         self.loader, self.waited = loader, 0.0
+        # For the watchdog: the loader's live iterator and how many batches it gave, so
+        # `taken` is the index of the batch being waited for (the loaders keep order).
+        self.iterator: Optional[Iterator] = None
+        self.taken = 0
 
     def __iter__(self) -> Iterator:
-        batches = iter(self.loader)
+        batches = self.iterator = iter(self.loader)
         while True:
             started = time.perf_counter()
             try:
@@ -67,6 +82,7 @@ class LoaderWait:
                 return
             finally:
                 self.waited += time.perf_counter() - started
+            self.taken += 1
             yield batch
 
     def take(self) -> float:

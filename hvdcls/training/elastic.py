@@ -189,6 +189,9 @@ class ElasticTrainer:
         self.watchdog.rank = ctx.rank
         self.watchdog.phases.restart()
         try:
+            # Heartbeats to this world's rank 0 (another process, maybe, and another size).
+            self.watchdog.rewire(ctx.rank, ctx.size,
+                                 lambda address: self.backend.broadcast_object(address, "heartbeat"))
             return self.attempt_here(state, ctx)
         except BaseException:
             self.watchdog.phases.enter(RESETTING)

@@ -3,9 +3,11 @@ that tests/parallel and tests/cases can check what a real failure does to a real
 
 Each hook is inert unless its environment variable is set; nobody sets them outside tests.
 
-    HVDCLS_TEST_STALL=RANK:STEP         rank RANK stops submitting tensors: reading the data of
-                                        training step STEP of its first epoch, it sleeps instead
-                                        (until killed), as a loader that blocks for ever would
+    HVDCLS_TEST_STALL=RANK:STEP         rank RANK stops submitting tensors: the read of training
+                                        step STEP's (first micro-)batch in its first epoch
+                                        sleeps instead (until killed), as a loader that blocks
+                                        for ever would; in whichever reads it: a loader worker
+                                        (process or thread), or the training thread itself
     HVDCLS_TEST_FREEZE=RANK:STEP:PIDFILE  rank RANK writes its process id to PIDFILE and stops
                                         itself whole (SIGSTOP) before training step STEP of its
                                         first epoch, as a host that vanished would; the test
@@ -23,7 +25,8 @@ Each hook is inert unless its environment variable is set; nobody sets them outs
 
 The per-step hooks are read once, when a Trainer starts (StepHooks.read): a step reads no
 environment. A held process sleeps at most HOLD_SECONDS and then exits with status 3, so a
-test that fails to kill it still cannot leave it behind.
+test that fails to kill it still cannot leave it behind; a held loader worker exits as soon
+as its parent has.
 """
 from __future__ import annotations
 
@@ -31,9 +34,11 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Optional
+from typing import Mapping, Optional
+
+from hvdcls.data.batches import EpochBatches
 
 STALL = "HVDCLS_TEST_STALL"
 FREEZE = "HVDCLS_TEST_FREEZE"
@@ -46,8 +51,8 @@ HOLD_SECONDS = 300
 
 def _hold(reason: str) -> None:
     print(f"hvdcls: test hook: {reason}; holding until killed", file=sys.stderr, flush=True)
-    deadline = time.monotonic() + HOLD_SECONDS
-    while time.monotonic() < deadline:
+    parent, deadline = os.getppid(), time.monotonic() + HOLD_SECONDS
+    while time.monotonic() < deadline and os.getppid() == parent:  # a worker outlives no one
         time.sleep(0.5)
     os._exit(3)
 
@@ -58,6 +63,19 @@ def _wanted(value: Optional[str], rank: int) -> Optional[list[str]]:
         return None
     hook_rank, _, rest = value.partition(":")
     return rest.split(":", 1) if int(hook_rank) == rank else None
+
+
+@dataclass
+class StallingBatches(EpochBatches):
+    """EpochBatches whose batch `hold_at` is never read: its reader holds (`_hold`)."""
+
+    hold_at: int = -1
+    reason: str = ""
+
+    def _read(self, k: int):
+        if k == self.hold_at:
+            _hold(self.reason)
+        return super()._read(k)
 
 
 @dataclass(frozen=True)
@@ -85,15 +103,18 @@ class StepHooks:
                    kill_step=int(kill[0]) if kill else None,
                    kill_marker=kill[1] if kill else "")
 
-    def stalling(self, groups: Iterable[list], first_step: int, first_epoch: bool) -> Iterator[list]:
-        """The step loop's micro-batch groups, numbered from `first_step`; when STALL names this
-        rank, reading the group of its step holds instead (the loop is reading data)."""
+    def stalling(self, batches: EpochBatches, first_step: int, passes: int,
+                 first_epoch: bool) -> EpochBatches:
+        """The step loop's micro-batches (`passes` a step, numbered from `first_step`); when
+        STALL names this rank, the read of its step's first micro-batch holds (in the loader
+        worker that reads it, where there is one: the loop is then reading data)."""
         step = self.stall_step if first_epoch else None
-        for index, group in enumerate(groups):
-            if first_step + index == step:
-                _hold(f"rank {self.rank} stops submitting tensors: reading the data of step {step} "
-                      "never returns")
-            yield group
+        if step is None or not 0 <= (step - first_step) * passes < len(batches):
+            return batches
+        return StallingBatches(**{f.name: getattr(batches, f.name) for f in fields(EpochBatches)},
+                               hold_at=(step - first_step) * passes,
+                               reason=f"rank {self.rank} stops submitting tensors: reading the "
+                                      f"data of step {step} never returns")
 
     def freeze_point(self, step: int, first_epoch: bool) -> None:
         """Called before every training step; SIGSTOPs this rank at FREEZE's step."""

@@ -86,6 +86,7 @@ class Peer:
     step: Optional[int] = None
     heard: Optional[float] = None  # rank 0's monotonic clock
     said_silent: bool = False
+    beats: int = 0
 
 
 class Board:
@@ -134,6 +135,7 @@ class Board:
         peer.host, peer.heard, peer.said_silent = str(message["host"]), self.clock(), False
         if message["kind"] == "beat":
             peer.phase, peer.step = message.get("phase"), message.get("step")
+            peer.beats += 1
         elif message["kind"] == "stop" and self.stopped is None:
             self.stopped, self.stopper = dict(message["stop"]), sender
 
@@ -154,6 +156,12 @@ class Board:
             return f"rank {rank}: no heartbeat for {seconds:.0f} s (none received)"
         last = peer.phase if peer.step is None else f"{peer.phase}, step {peer.step}"
         return f"rank {rank} ({peer.host}): no heartbeat for {seconds:.0f} s (last: {last})"
+
+    def heard_from(self) -> dict:
+        """For the summary: {"1": {"host": "worker2", "beats": 37}, ...}, every rank of the
+        world, each as it named its host (beats 0: never heard)."""
+        return {str(rank): {"host": peer.host, "beats": peer.beats}
+                for rank, peer in self.peers.items()}
 
     def newly_silent(self) -> list[str]:
         lines = []

@@ -273,11 +273,13 @@ class Trainer:
         hook = hook or StepHook()
         tally = Tally()
         loss_reads = LossReads(self.config.training.log_every)
-        loader = LoaderWait(self.backend.loader(batches, self.config.data.workers))
         first_epoch = epoch == self.first_epoch
-        groups = self.faults.stalling(grouped(loader, self.passes), first_step, first_epoch)
-        self.phases.slow_until_step(READING, first_step)
-        for i, micro in enumerate(groups):
+        batches = self.faults.stalling(batches, first_step, self.passes, first_epoch)
+        loader = LoaderWait(self.backend.loader(batches, self.config.data.workers))
+        # Asked only once reading is overdue: which loader worker holds the batch waited for.
+        worker = lambda: self.backend.loader_worker(loader, batches)  # noqa: E731
+        self.phases.slow_until_step(READING, first_step, worker)
+        for i, micro in enumerate(grouped(loader, self.passes)):
             step = first_step + i
             self.phases.enter(self.step_phase, step)
             self.faults.freeze_point(step, first_epoch)  # inert outside tests
@@ -293,7 +295,7 @@ class Trainer:
             hook.after_step(tally)
             if self.rebalanced(epoch, timed.sample):
                 break  # the plan changed: the next steps read from a new loader
-            self.phases.enter(READING, step + 1)
+            self.phases.enter(READING, step + 1, worker)
         return tally
 
     def timed_step(self, epoch: int, step: int, micro: list, lr: float, data_wait: float,

@@ -125,6 +125,7 @@ def train_watched(job: Job, ctx: Context, kind: "RunKind", dog: watchdog.Watchdo
             ended = kind.train(job, ctx, outputs, monitor, start_epoch, history, dog)
         dog.phases.enter(watchdog.FINISHING)
         summary = closing_summary(job, ended, model_info, resumed)
+        summary["heartbeats"] = dog.heard()  # rank 0: from every rank of the final world
         dog.stop()  # the last collective is done; rank 0 may linger for a last scrape
         publish(summary, ended.outputs, monitor, kind.details(summary))
     return summary
@@ -251,9 +252,10 @@ class ElasticRun(RunKind):
         return make_sinks(job.config, job.backend_name, outputs) if ctx.is_main else []
 
     def start_watchdog(self, job: Job, ctx: Context) -> watchdog.Watchdog:
-        # No collective before the elastic loop syncs, so no heartbeat address to share:
-        # each rank watches itself, and a rank its watchdog ends is a failed worker.
-        return watchdog.start(job.config.training.stall_timeout_seconds, ctx.rank, ctx.size, None)
+        # No collective before the elastic loop syncs: the heartbeats are wired by each attempt
+        # (hvdcls.training.elastic), and a rank its watchdog ends is a failed worker.
+        return watchdog.start(job.config.training.stall_timeout_seconds, ctx.rank, ctx.size, None,
+                              elastic=True)
 
     def train(self, job: Job, ctx: Context, outputs: RunOutputs, monitor: Monitor,
               start_epoch: int, history: list[EpochRecord], dog: watchdog.Watchdog) -> Ended:

@@ -16,10 +16,16 @@ elastic state; a rank that waits for others (in an
 all-reduce) gets a grace more, so that the rank it waits for, when alive, is the one that
 speaks first; re-forming an elastic world has no limit (Horovod's --elastic-timeout bounds it).
 
-Heartbeats (plain runs with several ranks): every rank sends (rank, host, step, phase) over
-UDP each second to a socket rank 0 opens and announces at start (hvdcls.training.heartbeat),
-so rank 0 names a rank that cannot speak for itself (stopped, swapped out, host gone), and a
-stopping rank tells rank 0 first, so rank 0 records which rank stopped the job.
+Heartbeats (several ranks): every rank sends (rank, host, step, phase) over UDP each second
+to a socket rank 0 opens and announces with a broadcast (hvdcls.training.heartbeat), so rank
+0 names a rank that cannot speak for itself (stopped, swapped out, host gone), and a stopping
+rank tells rank 0 first, so rank 0 records which rank stopped the job. A plain run announces
+once at start; an elastic one after every (re)start of its world (`Watchdog.rewire`), where
+rank 0 may be another process and the world another size. There a rank its watchdog ends is
+one failed worker: rank 0 says so and the job goes on.
+
+While reading data, the loop gives the phase a `detail` (which loader worker holds the batch
+waited for, hvdcls.backend.Backend.loader_worker), asked only when the phase is overdue.
 """
 from __future__ import annotations
 
@@ -66,11 +72,13 @@ def grace(timeout: float) -> float:
 
 @dataclass(frozen=True)
 class Where:
-    """One moment of a rank: its phase, the step it is at, since when (monotonic seconds)."""
+    """One moment of a rank: its phase, the step it is at, since when (monotonic seconds), and
+    what can tell more about it when it is overdue (None: nothing)."""
 
     phase: str
     step: Optional[int]
     since: float
+    detail: Optional[Callable[[], Optional[str]]] = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,7 @@ class Stall:
     step: Optional[int]
     in_phase: float  # seconds in the phase
     since_step: float  # seconds since the last completed step (or the start)
+    detail: Optional[str] = None  # "loader worker 1, pid 4242"
 
 
 class Phases:
@@ -93,12 +102,14 @@ class Phases:
         self.last_step = now
         self.stepped = False  # False: the first step (of a run, world or epoch) is still to come
 
-    def enter(self, phase: str, step: Optional[int] = None) -> None:
-        self.where = Where(phase, self.where.step if step is None else step, self.clock())
+    def enter(self, phase: str, step: Optional[int] = None,
+              detail: Optional[Callable[[], Optional[str]]] = None) -> None:
+        self.where = Where(phase, self.where.step if step is None else step, self.clock(), detail)
 
     def beat(self) -> None:
         """Progress inside the phase (an evaluation batch): its clock starts again."""
-        self.where = Where(self.where.phase, self.where.step, self.clock())
+        where = self.where
+        self.where = Where(where.phase, where.step, self.clock(), where.detail)
 
     def step_done(self, step: int) -> None:
         self.last_step, self.stepped = self.clock(), True
@@ -109,11 +120,12 @@ class Phases:
         self.stepped = False
         self.enter(STARTING)
 
-    def slow_until_step(self, phase: str, step: Optional[int] = None) -> None:
+    def slow_until_step(self, phase: str, step: Optional[int] = None,
+                        detail: Optional[Callable[[], Optional[str]]] = None) -> None:
         """Enter `phase` with the start-up allowance, held until the next step completes: an
         epoch's end (a first evaluation compiles, rank 0 draws its report) and its first step."""
         self.stepped = False
-        self.enter(phase, step)
+        self.enter(phase, step, detail)
 
     def limit(self, phase: str) -> Optional[float]:
         """Seconds `phase` may last; None: no limit."""
@@ -127,7 +139,8 @@ class Phases:
         limit = self.limit(where.phase)
         if limit is None or now - where.since <= limit:
             return None
-        return Stall(where.phase, where.step, now - where.since, now - self.last_step)
+        return Stall(where.phase, where.step, now - where.since, now - self.last_step,
+                     ask(where.detail))
 
     def report(self, now: Optional[float] = None) -> dict:
         """What a heartbeat carries: the phase, the step, seconds in the phase."""
@@ -135,14 +148,31 @@ class Phases:
         return {"phase": where.phase, "step": where.step, "in_phase": round(now - where.since, 1)}
 
 
-def describe(phase: str, step: Optional[int]) -> str:
-    return phase if step is None else f"{phase} (step {step})"
+def ask(detail: Optional[Callable[[], Optional[str]]]) -> Optional[str]:
+    """What `detail` says; None when it has nothing or fails (it looks into a loader's
+    internals from another thread: a guess at best, never a reason to stay silent)."""
+    try:
+        return detail() if detail is not None else None
+    except Exception:
+        return None
+
+
+def describe(phase: str, step: Optional[int], detail: Optional[str] = None) -> str:
+    """`reading data (step 3, loader worker 1, pid 4242)`"""
+    said = [f"step {step}"] * (step is not None) + [detail] * bool(detail)
+    return f"{phase} ({', '.join(said)})" if said else phase
 
 
 def stall_line(rank: int, host: str, stall: Stall) -> str:
     """`rank 1 (worker2): no step for 600 s, stuck reading data (step 3) for 598 s`"""
     return (f"rank {rank} ({host}): no step for {stall.since_step:.0f} s, stuck "
-            f"{describe(stall.phase, stall.step)} for {stall.in_phase:.0f} s")
+            f"{describe(stall.phase, stall.step, stall.detail)} for {stall.in_phase:.0f} s")
+
+
+def host_name() -> str:
+    """This rank's host as the launcher names it (horovodrun's -H or discovery script: the
+    name Horovod blacklists), else as the host names itself (mpirun)."""
+    return os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname()
 
 
 def say(line: str) -> None:
@@ -151,53 +181,94 @@ def say(line: str) -> None:
 
 class Watchdog:
     """The thread. `last_record(stop)` is called (rank 0) before the process ends, with a dict
-    naming the stalled rank; it must not raise, and is guarded anyway."""
+    naming the stalled rank; it must not raise, and is guarded anyway. `elastic`: a peer its
+    watchdog ends is a failed worker the job survives, not the job's end."""
 
     def __init__(self, phases: Phases, rank: int, host: str, sender: Optional[Sender] = None,
-                 board: Optional[Board] = None, end: Callable[[int], None] = os._exit):
+                 board: Optional[Board] = None, end: Callable[[int], None] = os._exit,
+                 elastic: bool = False):
         self.phases, self.rank, self.host = phases, rank, host
-        self.sender, self.board, self.end = sender, board, end
+        self.sender, self.board, self.end, self.elastic = sender, board, end, elastic
         self.last_record: Callable[[dict], None] = lambda stop: None
         self.done = threading.Event()
+        # The channels change under rewire() (training thread) while tick() uses them.
+        self.wiring, self.rewiring = threading.Lock(), threading.Event()
         self.thread = threading.Thread(target=self._run, name="hvdcls-watchdog", daemon=True)
 
     def start(self) -> "Watchdog":
         if self.phases.timeout:
+            self.hello()
             self.thread.start()
         return self
+
+    def hello(self) -> None:
+        """A first heartbeat at once: rank 0 knows this rank's host before the first round."""
+        if self.sender is not None:
+            self.sender.beat(self.rank, self.host, self.phases.report())
 
     def stop(self) -> None:
         self.done.set()
         if self.thread.is_alive():
             self.thread.join(timeout=2 * CHECK_SECONDS)
+        with self.wiring:
+            self._close_channels()
+
+    def _close_channels(self) -> None:
         for channel in (self.sender, self.board):
             if channel is not None:
                 channel.close()
+        self.sender, self.board = None, None
+
+    def rewire(self, rank: int, size: int, share: Callable[[object], object]) -> None:
+        """A new elastic world (every rank calls it, after the state sync): this process's
+        rank now, and heartbeats to the new world's rank 0 (a broadcast inside)."""
+        if not self.phases.timeout:
+            return
+        sender, board = channels(rank, size, share)
+        self.rewiring.set()  # rank 0's thread stops listening to the old board
+        with self.wiring:
+            self.rewiring.clear()
+            self._close_channels()
+            self.rank, self.sender, self.board = rank, sender, board
+            self.hello()
+
+    def heard(self) -> Optional[dict]:
+        """Rank 0: the heartbeats its board received, per rank (None: no board)."""
+        board = self.board
+        return board.heard_from() if board else None
 
     def blame(self) -> Optional[str]:
         """Rank 0: the ranks whose heartbeats stopped, in one phrase (None: none known)."""
-        return self.board.silent_phrase() if self.board else None
+        board = self.board
+        return board.silent_phrase() if board else None
 
     def _run(self) -> None:
         while not self.done.is_set():
             try:
-                self.tick()
+                with self.wiring:
+                    listened = self.tick()
             except Exception as err:  # never let the watchdog itself end a healthy run
                 say(f"rank {self.rank}: watchdog error ignored: {err!r}")
-            if self.board is None:
+                listened = False
+            if self.rewiring.is_set():
+                time.sleep(0.01)  # the lock is rewire()'s turn
+            elif not listened:
                 self.done.wait(CHECK_SECONDS)
 
-    def tick(self) -> None:
-        """One round: heartbeat out (or in, on rank 0), then this rank's own deadline."""
+    def tick(self) -> bool:
+        """One round: heartbeat out (or in, on rank 0), then this rank's own deadline. True
+        when it listened (rank 0): that took the round's second."""
         if self.sender is not None:
             self.sender.beat(self.rank, self.host, self.phases.report())
-        if self.board is not None:
-            self.board.listen(CHECK_SECONDS, say, self.done.is_set)
-            if self.board.stopped is not None and not self.done.is_set():
-                self._peer_stopped(self.board.stopped)
+        board = self.board
+        if board is not None:
+            board.listen(CHECK_SECONDS, say, lambda: self.done.is_set() or self.rewiring.is_set())
+            if board.stopped is not None and not self.done.is_set():
+                self._peer_stopped(board)
         stall = self.phases.overdue()
         if stall is not None and not self.done.is_set():
             self._stalled(stall)
+        return board is not None
 
     def _stalled(self, stall: Stall) -> None:
         line = stall_line(self.rank, self.host, stall)
@@ -205,18 +276,25 @@ class Watchdog:
         say(line + (f"; {silent}" if silent else ""))
         stop = {"by": "watchdog", "rank": self.rank, "host": self.host, "phase": stall.phase,
                 "step": stall.step, "seconds": round(stall.in_phase, 1), "message": line,
-                "silent": silent}
+                "silent": silent, "detail": stall.detail}
         if self.sender is not None:
             self.sender.stopping(self.rank, self.host, stop, ACK_SECONDS)
         self._finish(stop)
 
-    def _peer_stopped(self, stop: dict) -> None:
-        """Rank 0, told by another rank that its watchdog ends it: say where this rank is."""
-        here = self.phases.report()
-        say(f"rank {stop['rank']} ({stop['host']}) stopped by its watchdog: {stop['message']}; "
-            f"rank {self.rank} ({self.host}): {describe(here['phase'], here['step'])} for "
-            f"{here['in_phase']:.0f} s")
-        self._finish(stop)
+    def _peer_stopped(self, board: Board) -> None:
+        """Rank 0, told by another rank that its watchdog ends it: say where this rank is, and
+        end too (the job cannot go on) or, elastic, let Horovod go on without it."""
+        stop, here = board.stopped, self.phases.report()
+        said = (f"rank {stop['rank']} ({stop['host']}) stopped by its watchdog: {stop['message']}; "
+                f"rank {self.rank} ({self.host}): {describe(here['phase'], here['step'])} for "
+                f"{here['in_phase']:.0f} s")
+        if not self.elastic:
+            say(said)
+            self._finish(stop)
+            return
+        say(f"{said}; elastic: the job goes on without rank {stop['rank']}")
+        board.acknowledge()
+        board.stopped = None
 
     def _finish(self, stop: dict) -> None:
         self.done.set()
@@ -231,22 +309,32 @@ class Watchdog:
             self.end(EXIT_STALLED)
 
 
+def channels(rank: int, size: int,
+             share: Callable[[object], object]) -> tuple[Optional[Sender], Optional[Board]]:
+    """This rank's heartbeat channel in a world of `size`: rank 0 opens a board and `share`s
+    its address (a broadcast every rank joins), the others send to it."""
+    if size < 2:
+        return None, None
+    address, board = None, None
+    if rank == 0:
+        try:
+            board = Board(size)
+            address = (announced_host(), board.port)
+        except OSError as err:  # no heartbeats then; every rank must still join the broadcast
+            say(f"rank 0: no heartbeat socket ({err}); each rank watches itself only")
+    address = share(address)
+    if rank != 0 and address is not None:
+        return Sender((address[0], int(address[1]))), None
+    return None, board
+
+
 def start(timeout: float, rank: int, size: int, share: Optional[Callable[[object], object]],
-          host: Optional[str] = None) -> Watchdog:
+          host: Optional[str] = None, elastic: bool = False) -> Watchdog:
     """This rank's watchdog, running unless timeout is 0. `share(obj)`: rank 0's obj on every
-    rank (a broadcast every rank calls); None where no collective may run now (elastic
-    mode before its first sync): then no heartbeats, each rank watches itself alone."""
-    host = host or socket.gethostname()
+    rank (a broadcast every rank calls); None where no collective may run now (elastic mode
+    before its first sync: `Watchdog.rewire` wires the heartbeats once it may)."""
     sender, board = None, None
-    if timeout and share is not None and size > 1:
-        address = None
-        if rank == 0:
-            try:
-                board = Board(size)
-                address = (announced_host(), board.port)
-            except OSError as err:  # no heartbeats then; every rank must still join the broadcast
-                say(f"rank 0: no heartbeat socket ({err}); each rank watches itself only")
-        address = share(address)
-        if rank != 0 and address is not None:
-            sender = Sender((address[0], int(address[1])))
-    return Watchdog(Phases(timeout), rank, host, sender, board).start()
+    if timeout and share is not None:
+        sender, board = channels(rank, size, share)
+    return Watchdog(Phases(timeout), rank, host or host_name(), sender, board,
+                    elastic=elastic).start()

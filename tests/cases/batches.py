@@ -8,12 +8,21 @@ defining the module-scoped `framework` fixture: an object with
     loss_and_correct(targets, logits, smoothing) -> (mean loss, correct) through the backend's code
     name, cpu (the backend's device value), batch(images NHWC, labels) -> a framework batch,
     ema_names(backend) -> the names of the weights the EMA averages
+    raw_loader(batches, workers) -> the backend's loader itself (framework tensors)
+    loader_worker(loader, batches) -> what the backend's loader_worker says
+    worker_named -> a pattern of what it says while a loader worker holds a batch
 """
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from hvdcls.config import AugmentConfig, DataConfig
-from hvdcls.data.batches import EpochBatches
+from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.data.mixing import BatchMix
 from hvdcls.data.sources import ArraySource
 from hvdcls.data.transforms import Preprocess
@@ -114,3 +123,73 @@ def test_ema_update_follows_the_numpy_reference(framework, tmp_path):
     backend.load(tmp_path)  # the checkpoint's EMA, not the copy
     with backend.ema_weights():
         assert all(np.array_equal(a, averaged[k]) for k, a in weights().items())
+
+
+@dataclass
+class HeldBatches(EpochBatches):
+    """Batch 1 is read only once the file `release` exists (a loader worker held in its read)."""
+
+    release: Path = Path("/nonexistent")
+
+    def _read(self, k: int):
+        deadline = time.monotonic() + 60
+        while k == 1 and not self.release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return super()._read(k)
+
+
+def held_batches(release: Path) -> HeldBatches:
+    plain = epoch_batches(*AUGMENTATIONS["none"])
+    return HeldBatches(plain.source, plain.batches, plain.preprocess, plain.epoch, plain.train,
+                       plain.mix, release=release)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_loader_names_the_worker_holding_the_batch_waited_for(framework, workers, tmp_path):
+    """What the watchdog adds to "stuck reading data": batch 1 held in its read, the loop
+    waiting for it after batch 0 (hvdcls.backend.Backend.loader_worker)."""
+    release = tmp_path / "release"
+    batches = held_batches(release)
+    loader = LoaderWait(framework.raw_loader(batches, workers))
+    stream = iter(loader)
+    if workers == 0:  # read in this thread, at next(): no worker to name
+        next(stream)
+        assert framework.loader_worker(loader, batches) is None
+    else:
+        next(stream)
+        said, deadline = None, time.monotonic() + 30
+        while said is None and time.monotonic() < deadline:  # until a worker has batch 1
+            said = framework.loader_worker(loader, batches)
+            time.sleep(0.05)
+        assert said is not None and re.fullmatch(framework.worker_named, said), said
+        assert str(threading.get_native_id()) not in said  # a worker, not this thread
+    release.touch()
+    assert len(list(stream)) == len(batches) - 1
+
+
+def test_the_step_marks_where_it_starts_waiting_for_the_all_reduce(framework, passes=1):
+    """The watchdog's phases (hvdcls.training.watchdog): once per step, when backward is done
+    (torch before synchronize(), TensorFlow a mark inside its compiled step); the mark changes
+    no number: the same step unmarked gives the same weights."""
+    from hvdcls import config, registry
+
+    cfg = config.load(overrides=["training.threads=1", "training.seed=3"])
+    rng = np.random.default_rng(0)
+    batch = [framework.batch(rng.normal(size=(8, 16, 16, 3)).astype(np.float32),
+                             rng.integers(0, CLASSES, 8)) for _ in range(passes)]
+    trained = []
+    for marking in (True, False):
+        backend = registry.create_backend(framework.name)
+        backend.hvd.init()
+        backend.threads, backend.device = 1, framework.cpu
+        backend.seed(3)
+        backend.build(cfg, CLASSES)
+        marks = []
+        backend.marks_allreduce_wait = marking
+        backend.allreduce_wait_hook = lambda: marks.append(threading.get_native_id())
+        for _ in range(3):
+            backend.train_step(batch, 0.05)
+        assert len(marks) == (3 if marking else 0), (marking, marks)
+        trained.append(backend.weights())
+    marked, unmarked = (list(weights.values()) for weights in trained)  # Keras renames a 2nd model
+    assert len(marked) == len(unmarked) and all(map(np.array_equal, marked, unmarked))

@@ -10,7 +10,8 @@ import pytest
 
 from tests.docker import cluster as docker_cluster
 
-PROJECT = "hvdcls-test"
+# Docker is shared by whoever works on this machine: a run of one's own picks its own name.
+PROJECT = os.environ.get("HVDCLS_COMPOSE_PROJECT", "hvdcls-test")
 
 
 def docker_required() -> bool:

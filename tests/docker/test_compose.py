@@ -1,8 +1,9 @@
 """Training across containers: 4 ranks on worker1 and worker2 (2 each), started from the
 launcher container over SSH on port 12345, with each backend under horovodrun (Gloo) and under
 mpirun (OpenMPI). What must hold: the ranks ran on both hosts, ended with identical weights,
-rank 0 alone wrote the outputs (one summary.json on the shared volume), and the digits were
-learned (validation accuracy in the band the single-host runs reach).
+rank 0 alone wrote the outputs (one summary.json on the shared volume), the digits were
+learned (validation accuracy in the band the single-host runs reach), and the watchdog's
+heartbeats crossed hosts: rank 0 heard every other rank, each under its own host's name.
 """
 import json
 
@@ -40,6 +41,12 @@ def test_ranks_ran_on_both_hosts_and_agree(run):
     assert sorted(summary["rank_hosts"]) == sorted(WORKERS * 2), summary["rank_hosts"]
     digests = summary["rank_weight_digests"]
     assert len(digests) == NP and len(set(digests)) == 1, digests
+    # hvdcls.training.heartbeat: UDP from each rank to the address rank 0 announced (worker1's,
+    # as worker2 reaches it); the ranks on worker2 among them.
+    heard = summary["heartbeats"]
+    assert sorted(heard) == [str(rank) for rank in range(1, NP)], heard
+    assert [heard[str(rank)]["host"] for rank in range(1, NP)] == summary["rank_hosts"][1:], heard
+    assert all(peer["beats"] >= 1 for peer in heard.values()), heard
 
 
 def test_digits_are_learned(run):

@@ -9,6 +9,7 @@ itself after a given global step, mid-epoch and between two commits (rank 0, the
 watchers, in the recovery test; rank 1 elsewhere).
 """
 import os
+import re
 import socket
 import subprocess
 import time
@@ -154,6 +155,10 @@ def test_host_added_by_discovery_is_used(backend, tmp_path):
     assert metrics[0]["steps"] > 22 and metrics[-1]["world_size"] == 2, metrics
     assert summary["elastic"]["recoveries"][0]["world_size"] == 2
     assert summary["world_size"] == 2 and len(summary["rank_hosts"]) == 2
+    # Heartbeats re-announced after the reset: the new world's rank 0 heard its rank 1, named
+    # by the host name the discovery script gave it (this machine under its other name).
+    assert summary["heartbeats"]["1"]["beats"] >= 1, summary["heartbeats"]
+    assert summary["heartbeats"]["1"]["host"] in ("localhost", "127.0.0.1"), summary["heartbeats"]
     assert summary["elastic"]["steps_lost"] == 0  # growing rolls nothing back
     assert len(set(summary["rank_weight_digests"])) == 1
     check_epochs_read_each_sample_at_most_once(out)
@@ -176,13 +181,21 @@ def test_world_below_min_np_ends_the_job_with_a_message(backend, tmp_path):
 
 def test_a_worker_its_watchdog_ends_is_a_failed_worker_and_the_job_goes_on(tmp_path):
     """Rank 1's data read never returns (hvdcls.training.faults.STALL): its watchdog ends it
-    with EXIT_STALLED, Horovod drops it like a killed worker, rank 0 finishes alone."""
+    with EXIT_STALLED, Horovod drops it like a killed worker, rank 0 finishes alone. Rank 0
+    heard it stop over the heartbeats (wired after the elastic sync): each named by its rank
+    and its host as the discovery script names it, and rank 0 went on."""
     job, out, _ = start(tmp_path, "torch", 2, 1, TWO_HOSTS, "training.stall_timeout_seconds=8",
                         env={faults.STALL: "1:5"}, epochs=2, cooldown=None)
     output = completed(job)
-    stuck = [line for line in output.splitlines() if "hvdcls: watchdog: rank 1 (" in line]
+    stuck = [line for line in output.splitlines() if "hvdcls: watchdog: rank 1 (" in line
+             and "no step for" in line and "stopped by" not in line]
     assert stuck and "stuck reading data (step 5)" in stuck[0], output[-3000:]
     assert "hvdcls: watchdog: rank 0" not in output  # the waiting rank outlasted it
+    told = [line for line in output.splitlines() if "stopped by its watchdog" in line]
+    assert len(told) == 1 and "elastic: the job goes on without rank 1" in told[0], output[-3000:]
+    hosts = re.search(r"rank 1 \(([^)]+)\) stopped by .*; rank 0 \(([^)]+)\): waiting in the "
+                      r"all-reduce \(step 5\)", told[0])
+    assert hosts and sorted(hosts.groups()) == ["127.0.0.1", "localhost"], told[0]
     summary = read_json(out / "summary.json")
     assert summary["world_size"] == 1 and summary["elastic"]["resets"] >= 1, summary["elastic"]
     assert "stopped" not in summary

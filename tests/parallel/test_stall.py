@@ -3,16 +3,19 @@
 Under `horovodrun --gloo` Horovod 0.28.1's stall inspector does nothing: without the watchdog
 these jobs hang for ever. Two faults, each made by a test hook (hvdcls.training.faults):
 
-- rank 1's data read never returns (HVDCLS_TEST_STALL): it is alive and submits no tensor,
+- rank 1's data read never returns (HVDCLS_TEST_STALL), inside one of its two loader workers
+  (torch: a worker process, TensorFlow: a tf.data thread): it is alive and submits no tensor,
   like a deadlocked loader or a dead network mount. Its watchdog names it "reading data" and
-  ends it with EXIT_STALLED; rank 0, told over the heartbeat channel, says it was waiting in
-  the all-reduce and writes a summary.json naming rank 1; the job ends.
+  the worker holding the batch, and ends it with EXIT_STALLED; rank 0, told over the heartbeat
+  channel, says it was waiting in the all-reduce and writes a summary.json naming rank 1; the
+  job ends.
 - rank 1 stops whole (HVDCLS_TEST_FREEZE: SIGSTOP, like a host that vanished): it cannot
   speak, so rank 0 names it from its missing heartbeats, and the message no longer blames a
   stall shutdown that did not happen.
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -57,20 +60,23 @@ def ranks_output(output: str) -> str:
 
 @pytest.mark.parametrize("backend", ["torch", "tensorflow"])
 def test_a_rank_stuck_reading_data_is_named_and_ends_the_job(backend, tmp_path):
-    result, output = launch_stalled(tmp_path, backend, {faults.STALL: "1:3"})
+    result, output = launch_stalled(tmp_path, backend, {faults.STALL: "1:3"}, "data.workers=2")
     assert result.returncode != 0, output[-3000:]
     assert "rank 1 stops submitting tensors: reading the data of step 3" in output  # the hook fired
     lines = watchdog_lines(output)
     stuck = [line for line in lines if "rank 1 (" in line and "no step for" in line]
-    assert stuck and "stuck reading data (step 3)" in stuck[0], output[-3000:]
-    # Rank 0 waits in step 3's all-reduce; TensorFlow's compiled step cannot tell the two apart.
-    waiting = watchdog.ALLREDUCE if backend == "torch" else watchdog.IN_STEP
+    # Batch 3 of the epoch: DataLoader deals batches round robin, so worker 1 holds it.
+    worker = r"loader worker 1, pid \d+" if backend == "torch" else r"loader worker thread \d+"
+    assert stuck and re.search(rf"stuck reading data \(step 3, {worker}\)", stuck[0]), output[-3000:]
+    # Rank 0 waits in step 3's all-reduce: torch marks it before synchronize(), TensorFlow's
+    # compiled step once backward is done (TensorFlowBackend._backward_done).
     told = [line for line in lines if "stopped by its watchdog" in line]
-    assert told and f"rank 0 (" in told[0] and f"{waiting} (step 3)" in told[0], output[-3000:]
+    assert told and "rank 0 (" in told[0] and f"{watchdog.ALLREDUCE} (step 3)" in told[0], output[-3000:]
     assert f"Exit code: {watchdog.EXIT_STALLED}" in output, output[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["stopped"]["by"] == "watchdog" and summary["stopped"]["rank"] == 1, summary
     assert summary["stopped"]["phase"] == watchdog.READING and summary["epochs_done"] == 0
+    assert re.fullmatch(worker, summary["stopped"]["detail"]), summary["stopped"]
     print("\n".join(lines))
     assert "Traceback" not in ranks_output(output), output[-3000:]
 

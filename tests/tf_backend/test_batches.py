@@ -17,6 +17,12 @@ def backend_class():
 
 class TensorFlowFramework:
     name, cpu = "tensorflow", "cpu"
+    worker_named = r"loader worker thread \d+"  # tf.data's map threads live in this process
+    raw_loader = staticmethod(data.loader)
+
+    @staticmethod
+    def loader_worker(loader, batches):
+        return object.__new__(backend_class()).loader_worker(loader, batches)
 
     @staticmethod
     def batch(images, labels):

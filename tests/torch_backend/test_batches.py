@@ -4,11 +4,17 @@ import torch
 
 from tests.cases.batches import *  # noqa: F401,F403 (the shared cases, collected here)
 from torch_backend import data
-from torch_backend.backend import dominant
+from torch_backend.backend import TorchBackend, dominant
 
 
 class TorchFramework:
     name, cpu = "torch", torch.device("cpu")
+    worker_named = r"loader worker 1, pid \d+"  # round robin: batch 1 is worker 1's; its process
+    raw_loader = staticmethod(data.loader)
+
+    @staticmethod
+    def loader_worker(loader, batches):
+        return object.__new__(TorchBackend).loader_worker(loader, batches)
 
     @staticmethod
     def batch(images, labels):

@@ -2,6 +2,7 @@
 when a phase outlasts its limit or a peer says it stops, and rank 0's heartbeat board."""
 import json
 import socket
+import time
 
 import pytest
 
@@ -233,20 +234,26 @@ def test_the_shutdown_line_names_the_silent_rank_and_blames_no_stall_shutdown_un
     assert "Missing ranks: N!" in shutdown_message(mpi1, None)  # MPI: the inspector may have spoken
 
 
-def test_the_stall_hook_holds_in_the_data_read_of_its_step_only(monkeypatch):
+def test_the_stall_hook_holds_in_the_read_of_its_steps_batch_only(monkeypatch):
+    """HVDCLS_TEST_STALL holds inside EpochBatches' read, where a loader worker runs it."""
     from hvdcls.training import faults
+    from tests.cases.batches import epoch_batches
 
     held = []
     monkeypatch.setattr(faults, "_hold", held.append)
     environ = {faults.STALL: "1:3"}
     rank0, rank1 = (faults.StepHooks.read(rank, environ) for rank in (0, 1))
-    groups = [[i] for i in range(6)]
-    assert list(rank0.stalling(groups, 0, True)) == groups and held == []  # another rank
-    assert list(rank1.stalling(groups, 0, False)) == groups and held == []  # a later epoch
-    assert list(rank1.stalling(groups[2:], 2, True)) == groups[2:]  # numbered from step 2
-    assert len(held) == 1 and "step 3" in held[0]
-    unset = faults.StepHooks.read(1, {})
-    assert list(unset.stalling(groups, 0, True)) == groups and len(held) == 1
+    batches = epoch_batches({"preset": "none"}, {})  # 4 micro-batches
+    assert rank0.stalling(batches, 0, 1, True) is batches  # another rank
+    assert rank1.stalling(batches, 0, 1, False) is batches  # a later epoch
+    assert rank1.stalling(batches, 4, 1, True) is batches  # step 3 is not among these
+    assert faults.StepHooks.read(1, {}).stalling(batches, 0, 1, True) is batches  # unset
+    stalling = rank1.stalling(batches, 2, 2, True)  # steps 2, 3 of two micro-batches each
+    for k in range(len(stalling)):  # held in the read of micro-batch 2, the first of step 3
+        images, _ = stalling[k]
+        assert len(held) == (k >= 2) and (images == batches[k][0]).all()
+    assert held == ["rank 1 stops submitting tensors: reading the data of step 3 never returns"]
+    assert stalling.readers is batches.readers  # the same readers: the watchdog sees them
 
 
 def test_step_hooks_are_read_once_and_parse_every_hook():
@@ -261,3 +268,74 @@ def test_step_hooks_are_read_once_and_parse_every_hook():
                                      slow_factor=2.5, kill_step=12, kill_marker="/tmp/marker")
     assert faults.StepHooks.read(0, {faults.SLOW: "1:2.5", faults.STALL: "1"}) == faults.StepHooks(0)
     assert faults.StepHooks.read(1, {faults.STALL: "1"}).stall_step == 0
+
+def test_an_overdue_read_names_the_loader_worker_asked_only_then():
+    clock, phases = stepped()
+    asked = []
+    phases.enter(watchdog.READING, 5, lambda: asked.append(1) or "loader worker 3, pid 4242")
+    clock.now += 5.0
+    assert phases.overdue() is None and asked == []
+    clock.now += 6.0
+    stall = phases.overdue()
+    assert stall.detail == "loader worker 3, pid 4242"
+    assert watchdog.stall_line(1, "worker2", stall) == ("rank 1 (worker2): no step for 11 s, stuck "
+                                                        "reading data (step 5, loader worker 3, pid 4242) for 11 s")
+    phases.enter(watchdog.READING, 6, lambda: 1 / 0)  # a detail that fails says nothing
+    clock.now += 11.0
+    assert phases.overdue().detail is None
+    assert watchdog.describe(watchdog.STARTING, None) == "starting"
+
+
+def test_the_host_is_the_launchers_name_for_it(monkeypatch):
+    monkeypatch.setenv("HOROVOD_HOSTNAME", "worker2")
+    assert watchdog.host_name() == "worker2"
+    monkeypatch.delenv("HOROVOD_HOSTNAME")
+    assert watchdog.host_name() == socket.gethostname()
+
+
+def test_elastic_rank_0_lets_a_peer_its_watchdog_ended_go_and_goes_on(capsys):
+    clock0, phases0 = stepped()
+    phases0.enter(watchdog.ALLREDUCE, 5)
+    board = heartbeat.Board(2, bind_host="127.0.0.1")
+    sender = heartbeat.Sender(("127.0.0.1", board.port))
+    rank0 = Watchdog(phases0, 0, "w1", board=board, end=ending, elastic=True)
+    records = []
+    rank0.last_record = records.append
+    try:
+        stop = {"by": "watchdog", "rank": 1, "host": "w2", "message": "rank 1 (w2): stuck"}
+        sender._send({"kind": "stop", "rank": 1, "host": "w2", "stop": stop})
+        assert rank0.tick() is True  # it listened; no Ended: the job goes on
+        assert records == [] and board.stopped is None and not rank0.done.is_set()
+        err = capsys.readouterr().err
+        assert "rank 1 (w2) stopped by its watchdog" in err
+        assert "elastic: the job goes on without rank 1" in err
+        assert json.loads(sender.sock.recv(1024)) == {"kind": "ack"}
+    finally:
+        sender.close()
+        board.close()
+
+
+def test_rewire_follows_the_elastic_world_rank_0_and_size():
+    """After each reset: rank 0 (maybe another process) opens a board and announces it."""
+    dog = watchdog.start(30, 1, 2, None, host="w2", elastic=True)  # before the first sync
+    try:
+        assert dog.sender is None and dog.board is None  # no collective allowed yet
+        dog.rewire(0, 3, lambda address: address)  # this process is rank 0 now, of 3
+        assert dog.rank == 0 and dog.sender is None and set(dog.board.peers) == {1, 2}
+        first_port = dog.board.port
+        other = watchdog.start(30, 0, 1, None, host="w3", elastic=True)
+        other.rewire(2, 3, lambda _: ("127.0.0.1", first_port))  # its first beat goes at once
+        deadline = time.monotonic() + 5
+        while dog.heard()["2"]["beats"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # rank 0's thread takes it from the socket
+        other.stop()
+        assert dog.heard()["2"]["host"] == "w3" and dog.heard()["1"] == {"host": "?", "beats": 0}
+        dog.rewire(1, 2, lambda _: ("127.0.0.1", first_port))  # rank 1 of 2: it sends
+        assert dog.rank == 1 and dog.board is None and dog.sender.address == ("127.0.0.1", first_port)
+        dog.rewire(0, 1, lambda _: pytest.fail("alone: nothing to announce"))
+        assert dog.rank == 0 and dog.sender is None and dog.board is None
+    finally:
+        dog.stop()
+    off = watchdog.start(0, 0, 2, None, elastic=True)
+    off.rewire(0, 2, lambda _: pytest.fail("no watchdog: no broadcast"))
+    assert off.board is None
