@@ -177,10 +177,12 @@ class ElasticTrainer:
     def __init__(self, config: Config, backend: Backend, data: Data, run_dir: Path,
                  monitor: Monitor, watchdog: Watchdog,
                  make_outputs: Callable[[Path, bool], RunOutputs] = RunOutputs,
-                 watchers: Optional[RankZeroWatchers] = None):
+                 watchers: Optional[RankZeroWatchers] = None,
+                 stop_writer: Optional[Callable[[RunOutputs, Context], Callable[[dict], None]]] = None):
         self.config, self.backend, self.data, self.run_dir = config, backend, data, run_dir
         self.monitor, self.watchdog, self.make_outputs = monitor, watchdog, make_outputs
         self.watchers = watchers
+        self.stop_writer = stop_writer
         self.recoveries = Recoveries()
 
     def attempt(self, state, ctx: Context) -> Trainer:
@@ -202,6 +204,8 @@ class ElasticTrainer:
         if self.watchers is not None:  # before trainer.begin, which starts the sinks
             self.watchers.follow(ctx)
         outputs = self.make_outputs(self.run_dir, ctx.is_main)
+        if self.stop_writer is not None:  # a stall's summary.json comes from this world's rank 0
+            self.watchdog.last_record = self.stop_writer(outputs, ctx)
         trainer = Trainer(self.config, self.backend, ctx, self.data, outputs, self.monitor,
                           self.watchdog.phases)
         if self.recoveries.attempts > 1:
@@ -252,12 +256,15 @@ class ElasticTrainer:
 
 def run(config: Config, backend: Backend, data: Data, run_dir: Path, monitor: Monitor,
         start_epoch: int, history: list[EpochRecord], watchdog: Watchdog,
-        make_sinks: Optional[Callable[[bool], list[Sink]]] = None) -> tuple[Trainer, Any, dict]:
+        make_sinks: Optional[Callable[[bool], list[Sink]]] = None,
+        stop_writer: Optional[Callable[[RunOutputs, Context], Callable[[dict], None]]] = None,
+        ) -> tuple[Trainer, Any, dict]:
     """Train under Horovod's elastic retry; returns (the last attempt's trainer, the state,
     what the resets cost as this process saw them). With `make_sinks` (RankZeroWatchers), the
-    monitor's sinks follow rank 0."""
+    monitor's sinks follow rank 0; with `stop_writer`, so does the watchdog's last record."""
     watchers = RankZeroWatchers(monitor, make_sinks) if make_sinks is not None else None
-    elastic = ElasticTrainer(config, backend, data, run_dir, monitor, watchdog, watchers=watchers)
+    elastic = ElasticTrainer(config, backend, data, run_dir, monitor, watchdog, watchers=watchers,
+                             stop_writer=stop_writer)
     state = backend.elastic_state(initial_progress(start_epoch, history))
     trainer = backend.elastic_run(state, elastic.attempt)
     return trainer, state, elastic.recoveries.summary(state, config.training.commit_every)

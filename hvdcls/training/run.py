@@ -111,7 +111,7 @@ def train_watched(job: Job, ctx: Context, kind: "RunKind", dog: watchdog.Watchdo
     config, backend, data = job.config, job.backend, job.data
     resumed = kind.read_resume(job, ctx)
     outputs = RunOutputs(choose_run_dir(config, job.backend_name, resumed), enabled=ctx.is_main)
-    dog.last_record = lambda stop: outputs.write_summary(stopped_summary(job, ctx, outputs, stop))
+    dog.last_record = stop_writer(job, ctx, outputs)  # elastic: rebound to each attempt's world
     outputs.say(banner(job, ctx, kind.label, outputs.run_dir))
     backend.seed(config.training.seed)  # the same initial weights for the same seed, run after run
     model_info = backend.build(config, job.num_classes)
@@ -266,7 +266,8 @@ class ElasticRun(RunKind):
                                            rank_zero_outputs, metrics)
         trainer, state, recoveries = elastic.run(job.config, job.backend, job.data,
                                                  outputs.run_dir, monitor, start_epoch, history, dog,
-                                                 make_sinks=sinks)
+                                                 make_sinks=sinks,
+                                                 stop_writer=lambda out, c: stop_writer(job, c, out))
         return Ended(trainer.ctx, trainer.outputs, state.history, {"elastic": recoveries})
 
     def details(self, summary: dict) -> str:
@@ -320,6 +321,11 @@ def shutdown_message(ctx: Context, silent: Optional[str]) -> str:
     if ctx.controller == "mpi":
         cause += "; or Horovod's stall inspector stopped it (its report above: 'Missing ranks: N!')"
     return f"rank {ctx.rank}: Horovod shut the job down while this rank waited in a collective: {cause}"
+
+
+def stop_writer(job: Job, ctx: Context, outputs: RunOutputs) -> Callable[[dict], None]:
+    """The watchdog's last record for this world: rank 0's (`outputs` is enabled only there)."""
+    return lambda stop: outputs.write_summary(stopped_summary(job, ctx, outputs, stop))
 
 
 def stopped_summary(job: Job, ctx: Context, outputs: RunOutputs, stop: dict) -> dict:
