@@ -7,10 +7,13 @@ BASE_IMAGE ?= $(if $(filter 1,$(GPU)),nvidia/cuda:13.0.1-cudnn-devel-ubuntu22.04
 IMAGE ?= $(if $(filter 1,$(GPU)),hvdcls:gpu,hvdcls:latest)
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 PROJECT ?= hvdcls
+# The Slurm cluster in compose (docker/slurm.yaml): its image starts FROM $(IMAGE).
+SLURM_IMAGE ?= hvdcls-slurm:latest
+SLURM_PROJECT ?= hvdcls-slurm
 GPU_FLAG := $(if $(filter 1,$(GPU)),--gpu,)
 
 .PHONY: setup demo test doctor unit parallel docker-test clean distclean bench docker-engine base-image \
-	wheelhouse image compose-up compose-down compose-test
+	wheelhouse image compose-up compose-down compose-test slurm-image slurm-up slurm-down
 
 setup:
 	@VENV=$(VENV) GPU=$(GPU) bash tools/setup.sh
@@ -53,6 +56,17 @@ compose-up: image
 
 compose-down:
 	@$(COMPOSE) -f docker/compose.yaml -p $(PROJECT) down --volumes --remove-orphans --timeout 5
+
+# A Slurm controller, two compute nodes and `hvdcls serve --executor slurm` (docs/serve.md).
+slurm-image: image
+	@$(PY) tools/docker_image.py slurm-image --app-image $(IMAGE) --tag $(SLURM_IMAGE)
+
+slurm-up: slurm-image
+	@HVDCLS_SLURM_IMAGE=$(SLURM_IMAGE) $(COMPOSE) -f docker/slurm.yaml -p $(SLURM_PROJECT) up --detach
+	@$(COMPOSE) -f docker/slurm.yaml -p $(SLURM_PROJECT) exec -T service hvdcls-slurm wait-ready
+
+slurm-down:
+	@$(COMPOSE) -f docker/slurm.yaml -p $(SLURM_PROJECT) down --volumes --remove-orphans --timeout 5
 
 # Both backends under horovodrun and mpirun across the compose workers; tears down after.
 compose-test: setup docker-engine

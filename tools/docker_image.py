@@ -2,10 +2,12 @@
 
     .venv/bin/python tools/docker_image.py wheelhouse [--gpu]
     .venv/bin/python tools/docker_image.py image [--gpu] [--base-image B] [--tag T] [--rebuild]
+    .venv/bin/python tools/docker_image.py slurm-image [--app-image A] [--tag T] [--rebuild]
 
 The build context is build/docker/ (never the repository root):
     wheelhouse/   every wheel the image installs, and requirements.txt naming the pins
-    app/          the hvdcls wheel made from this tree
+    app/          the hvdcls wheel made from this tree and the wheels of its `serve` extra
+                  (`hvdcls serve` and its client: small, so they ride in the app's layer)
     horovod/      (GPU) Horovod's sdist and our build recipe: NCCL builds happen in the image
     docker/, configs/
 Images build with no Python package index: that is how air-gapped clusters build them, and
@@ -34,6 +36,8 @@ INPUTS_LABEL = "org.hvdcls.inputs"  # the whole build context
 DEPS_LABEL = "org.hvdcls.deps"  # the wheelhouse alone
 DEFAULT_BASE = {False: "hvdcls/base:bookworm", True: "nvidia/cuda:13.0.1-cudnn-devel-ubuntu22.04"}
 DEFAULT_TAG = {False: "hvdcls:latest", True: "hvdcls:gpu"}
+SLURM_CONTEXT = ROOT / "docker" / "slurm"  # small: the Slurm image's build context is this folder
+DEFAULT_SLURM_TAG = "hvdcls-slurm:latest"
 
 
 class ImageError(Exception):
@@ -117,9 +121,9 @@ def fill_wheelhouse(gpu: bool) -> tuple[Path, str]:
     return horovod, stamp
 
 
-def copy_tree(source: Path, target: Path) -> None:
+def copy_tree(source: Path, target: Path, *ignored: str) -> None:
     shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(source, target)
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns(*ignored))
 
 
 def prepare_context(gpu: bool) -> str:
@@ -129,7 +133,11 @@ def prepare_context(gpu: bool) -> str:
     shutil.rmtree(app, ignore_errors=True)
     run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
          "--wheel-dir", str(app), str(ROOT)], "building the hvdcls wheel")
-    copy_tree(ROOT / "docker", CONTEXT / "docker")
+    # Not in the wheelhouse: that would change the deps stage, whose rebuild takes minutes and GBs.
+    run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(app),
+         "-r", str(ROOT / "requirements" / "serve.txt")], "pip download (the serve extra)")
+    # The Slurm image's files are not the app image's: changing them must not rebuild it.
+    copy_tree(ROOT / "docker", CONTEXT / "docker", "slurm", "slurm.yaml")
     copy_tree(ROOT / "configs", CONTEXT / "configs")
     recipe = CONTEXT / "horovod"
     shutil.rmtree(recipe, ignore_errors=True)
@@ -193,16 +201,21 @@ def build_image(gpu: bool, base_image: str, tag: str, rebuild: bool) -> None:
         # leaf image (~11 GB) no build can reuse now. Same dependencies: keep it, it is the
         # cache that makes a code change a seconds-long rebuild.
         subprocess.run(["docker", "image", "prune", "--force"], capture_output=True)
-    previous = image_id(tag)
     dockerfile = CONTEXT / "docker" / ("Dockerfile.gpu" if gpu else "Dockerfile")
     say(f"building {tag} from {base_image} (several minutes the first time)")
+    docker_build(dockerfile, CONTEXT, tag, {"BASE_IMAGE": base_image}, {INPUTS_LABEL: inputs, DEPS_LABEL: deps},
+                 ROOT / "build" / f"docker-build{'-gpu' if gpu else ''}.log")
+
+
+def docker_build(dockerfile: Path, context: Path, tag: str, build_args: dict, labels: dict, log: Path) -> None:
+    previous = image_id(tag)
     started = time.monotonic()
     # The classic builder: Debian's docker.io has no buildx, and we need no BuildKit feature.
     env = {**os.environ, "DOCKER_BUILDKIT": "0"}
     cmd = ["docker", "build", "--file", str(dockerfile), "--tag", tag,
-           "--build-arg", f"BASE_IMAGE={base_image}", "--label", f"{INPUTS_LABEL}={inputs}",
-           "--label", f"{DEPS_LABEL}={deps}", str(CONTEXT)]
-    log = ROOT / "build" / f"docker-build{'-gpu' if gpu else ''}.log"
+           *(a for k, v in build_args.items() for a in ("--build-arg", f"{k}={v}")),
+           *(a for k, v in labels.items() for a in ("--label", f"{k}={v}")), str(context)]
+    log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as handle:
         result = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
     if result.returncode != 0:
@@ -216,17 +229,39 @@ def build_image(gpu: bool, base_image: str, tag: str, rebuild: bool) -> None:
     say(f"{tag} built in {time.monotonic() - started:.0f} s, {size / 1e9:.2f} GB")
 
 
+def build_slurm_image(app_image: str, tag: str, rebuild: bool) -> None:
+    """The app image plus Debian's Slurm and munge (docker/slurm/: one apt layer, seconds to
+    a minute); rebuilt when the app image or docker/slurm/ changes."""
+    app_id = image_id(app_image)
+    if app_id is None:
+        raise ImageError(f"app image {app_image} not found (`make image` makes it)")
+    digest = hashlib.sha256(app_id.encode())
+    for path in sorted(p for p in SLURM_CONTEXT.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(SLURM_CONTEXT).as_posix().encode() + path.read_bytes())
+    inputs = digest.hexdigest()[:16]
+    if not rebuild and image_label(tag, INPUTS_LABEL) == inputs:
+        say(f"{tag} is up to date ({inputs})")
+        return
+    say(f"building {tag} from {app_image} (apt-get install slurmctld slurmd munge)")
+    docker_build(SLURM_CONTEXT / "Dockerfile", SLURM_CONTEXT, tag, {"HVDCLS_IMAGE": app_image},
+                 {INPUTS_LABEL: inputs}, ROOT / "build" / "docker-build-slurm.log")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["wheelhouse", "image"])
+    parser.add_argument("what", choices=["wheelhouse", "image", "slurm-image"])
     parser.add_argument("--gpu", action="store_true", help="CUDA image: Horovod with NCCL")
     parser.add_argument("--base-image", help="default: hvdcls/base:bookworm (CPU), a CUDA devel image (GPU)")
-    parser.add_argument("--tag", help="default: hvdcls:latest (CPU), hvdcls:gpu (GPU)")
+    parser.add_argument("--tag", help="default: hvdcls:latest (CPU), hvdcls:gpu (GPU); "
+                        f"slurm-image: {DEFAULT_SLURM_TAG}")
+    parser.add_argument("--app-image", default=DEFAULT_TAG[False], help="slurm-image: the image it starts FROM")
     parser.add_argument("--rebuild", action="store_true", help="build even when the image is up to date")
     args = parser.parse_args(argv)
     try:
         if args.what == "wheelhouse":
             prepare_context(args.gpu)
+        elif args.what == "slurm-image":
+            build_slurm_image(args.app_image, args.tag or DEFAULT_SLURM_TAG, args.rebuild)
         else:
             build_image(args.gpu, args.base_image or DEFAULT_BASE[args.gpu],
                         args.tag or DEFAULT_TAG[args.gpu], args.rebuild)

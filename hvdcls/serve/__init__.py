@@ -7,7 +7,7 @@
     runner.py     one run directory and one process group per job: `horovodrun ... hvdcls train`
     wrapper.py    the job's process group leader: records its exit status in the run directory
     service.py    the loop: reconcile after a restart, reap, cancel, schedule, launch (host list)
-    slurm.py      --executor slurm: the batch script, SLURM_TASKS_PER_NODE, sbatch/scontrol/scancel
+    slurm.py      --executor slurm: the batch script, SLURM_TASKS_PER_NODE, sbatch/squeue/scancel
     slurm_service.py  the executor handing each job to Slurm and following its state
     app.py        the HTTP API (FastAPI) and /metrics; server start-up (uvicorn, token)
     commands.py   the subcommands' arguments (argparse only)

@@ -1,4 +1,4 @@
-"""Slurm as the service's executor: the batch script, the calls (sbatch, scontrol, scancel) and
+"""Slurm as the service's executor: the batch script, the calls (sbatch, squeue, scancel) and
 what their answers mean.
 
 A job becomes one batch job whose script, inside its allocation, asks this module for the hosts
@@ -12,7 +12,8 @@ as the host-list executor. Slurm owns the queue; the service only maps states:
     CANCELLED                                 cancelled
     FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, ...   failed (the Slurm state in the message)
 
-No slurmdbd is assumed, so no sacct: `scontrol show job` answers until MinJobAge after the end;
+No slurmdbd is assumed, so no sacct: one `squeue --states=all -j ID,ID,...` per turn of the
+service's loop asks about every job it follows; Slurm answers until MinJobAge after a job's end,
 later the wrapper's exit_status.json in the run directory tells how it ended.
 """
 from __future__ import annotations
@@ -105,21 +106,30 @@ def allocation(hostnames: list[str], tasks: str) -> dict[str, int]:
     return dict(zip(hostnames, counts))
 
 
-def fields(line: str) -> dict[str, str]:
-    """`scontrol show job -o` (KEY=VALUE separated by spaces; values may hold spaces)."""
-    return {key: value.strip() for key, value in re.findall(r"(?:^|\s)([\w/:]+)=(.*?)(?=\s[\w/:]+=|$)", line)}
+# squeue --Format: "|" after each field (Reason may hold spaces, never "|"); exit_code is the
+# batch script's wait status (exit status << 8 | signal).
+SQUEUE_FORMAT = "JobID:|,State:|,Reason:|,exit_code:|"
 
 
-def status(found: dict[str, str]) -> Status:
-    slurm_state = found.get("JobState", "UNKNOWN")
-    code, _, sig = found.get("ExitCode", "0:0").partition(":")
-    reason = found.get("Reason") if found.get("Reason") not in (None, "None") else None
+def status(slurm_state: str, reason: Optional[str] = None, wait_status: int = 0) -> Status:
+    code, sig = wait_status >> 8, wait_status & 0x7F
+    reason = reason if reason not in (None, "", "None") else None
     if slurm_state in QUEUED_STATES:
         return Status(QUEUED, slurm_state, None, reason=reason)
     if slurm_state in RUNNING_STATES:
         return Status(RUNNING, slurm_state, None)
     state = {"COMPLETED": SUCCEEDED, "CANCELLED": CANCELLED}.get(slurm_state, FAILED)
-    return Status(state, slurm_state, int(code or 0), int(sig or 0), reason)
+    return Status(state, slurm_state, code, sig, reason)
+
+
+def parse_squeue(text: str) -> dict[str, Status]:
+    """`squeue -h -O SQUEUE_FORMAT` lines -> each job's status by its id."""
+    found = {}
+    for line in filter(None, (line.strip() for line in text.splitlines())):
+        job_id, slurm_state, reason, wait_status = line.split("|")[:4]
+        # "CANCELLED by 1000" in some versions' long form: the state is the first word.
+        found[job_id] = status(slurm_state.split()[0], reason, int(wait_status or 0))
+    return found
 
 
 def call(args: list[str], env: Optional[dict] = None) -> subprocess.CompletedProcess:
@@ -145,14 +155,18 @@ def submit(script: Path, env: Optional[dict] = None) -> str:
     return done.stdout.strip().split(";")[0]  # "ID" or "ID;CLUSTER"
 
 
-def query(slurm_id: str) -> Optional[Status]:
-    """The job's status, None when Slurm no longer knows it (ended more than MinJobAge ago)."""
-    done = call(["scontrol", "show", "job", "-o", slurm_id])
+def query(slurm_ids: list[str]) -> dict[str, Status]:
+    """Every job's status in one squeue call; a job Slurm no longer knows (ended more than
+    MinJobAge ago) is missing from the answer."""
+    if not slurm_ids:
+        return {}
+    done = call(["squeue", "--noheader", "--states=all", f"--jobs={','.join(slurm_ids)}",
+                 f"--Format={SQUEUE_FORMAT}"])
     if done.returncode != 0:
-        if "Invalid job id" in done.stderr:
-            return None
-        raise UserError(f"scontrol show job {slurm_id}: {one_line(done.stderr)}")
-    return status(fields(done.stdout.splitlines()[0]))
+        if "Invalid job id" in done.stderr:  # squeue's answer when it knows none of them
+            return {}
+        raise UserError(f"squeue: {one_line(done.stderr)}")
+    return parse_squeue(done.stdout)
 
 
 def cancel(slurm_id: str) -> None:

@@ -67,15 +67,16 @@ class SlurmService(Service):
         return self.store.get(job_id)
 
     def reconcile(self) -> None:
-        """Nothing to adopt: Slurm kept the jobs; the loop asks it about each one."""
+        """Nothing to adopt: Slurm kept the jobs; the loop asks it about them all."""
 
     def tick(self) -> None:
-        for job in self.store.list((QUEUED, RUNNING)):
-            if job.external_id:
-                self.follow(job)
+        """One squeue for every job the service follows, however many there are."""
+        jobs = [job for job in self.store.list((QUEUED, RUNNING)) if job.external_id]
+        answers = slurm.query([job.external_id for job in jobs])
+        for job in jobs:
+            self.follow(job, answers.get(job.external_id))
 
-    def follow(self, job: Job) -> None:
-        found = slurm.query(job.external_id)
+    def follow(self, job: Job, found: Optional[slurm.Status]) -> None:
         if found is None:  # Slurm forgot it (MinJobAge): the wrapper's record, if any
             code = runner.exit_status(Path(job.run_dir))
             found = slurm.Status(SUCCEEDED if code == 0 else FAILED, "GONE", code if code is not None else -1)

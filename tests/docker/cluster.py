@@ -14,7 +14,9 @@ from typing import Optional
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker" / "compose.yaml"
+SLURM_COMPOSE_FILE = REPO / "docker" / "slurm.yaml"
 IMAGE = os.environ.get("HVDCLS_IMAGE", "hvdcls:latest")
+SLURM_IMAGE = os.environ.get("HVDCLS_SLURM_IMAGE", "hvdcls-slurm:latest")
 BASE_IMAGE = os.environ.get("BASE_IMAGE", "hvdcls/base:bookworm")
 WORKERS = ["worker1", "worker2"]
 SSH_PORT = 12345
@@ -49,13 +51,21 @@ def build_images() -> None:
         assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
 
 
+def build_slurm_image() -> None:
+    """The app image plus Debian's Slurm and munge (one apt layer; nothing when up to date)."""
+    cmd = [sys.executable, str(REPO / "tools" / "docker_image.py"), "slurm-image", "--app-image", IMAGE,
+           "--tag", SLURM_IMAGE]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+
+
 class Cluster:
     """One compose project: keygen, worker1, worker2 and a launcher on a private network."""
 
-    def __init__(self, project: str):
+    def __init__(self, project: str, compose_file: Path = COMPOSE_FILE):
         self.project = project
-        self.base = [*compose_command(), "--file", str(COMPOSE_FILE), "--project-name", project]
-        self.env = {**os.environ, "HVDCLS_IMAGE": IMAGE}
+        self.base = [*compose_command(), "--file", str(compose_file), "--project-name", project]
+        self.env = {**os.environ, "HVDCLS_IMAGE": IMAGE, "HVDCLS_SLURM_IMAGE": SLURM_IMAGE}
 
     def compose(self, *args: str, timeout: int = 300, check: bool = True) -> subprocess.CompletedProcess:
         result = subprocess.run([*self.base, *args], env=self.env, capture_output=True, text=True,
@@ -64,11 +74,11 @@ class Cluster:
             assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
         return result
 
-    def up(self) -> None:
+    def up(self, wait: bool = True) -> None:
         self.down()  # a project left over by a killed run
         self.compose("up", "--detach")
-        # The launcher's entrypoint waits for both workers' sshd; this waits for the launcher.
-        self.launcher("hvdcls-container", "wait-workers", timeout=180)
+        if wait:  # the launcher's entrypoint waits for both workers' sshd; this waits for the launcher
+            self.launcher("hvdcls-container", "wait-workers", timeout=180)
 
     def down(self) -> None:
         """Containers, the network and the volumes (the SSH key with them)."""
@@ -76,6 +86,12 @@ class Cluster:
 
     def launcher(self, *cmd: str, timeout: int = 900, check: bool = True) -> subprocess.CompletedProcess:
         return self.compose("exec", "-T", "launcher", *cmd, timeout=timeout, check=check)
+
+    def python(self, service: str, script: Path, timeout: int) -> subprocess.CompletedProcess:
+        """`python - < script` in a service's container, as the training user."""
+        return subprocess.run([*self.base, "exec", "-T", "--user", "hvd", service, "python", "-"],
+                              input=script.read_text(), env=self.env, capture_output=True, text=True,
+                              timeout=timeout)
 
     def read_json(self, path: str) -> dict:
         return json.loads(self.launcher("cat", path, timeout=60).stdout)

@@ -46,20 +46,26 @@ ENDPOINT = re.compile(r"metrics: Prometheus endpoint on http://(\S+)/metrics")
 
 
 class Server:
-    """`hvdcls serve` as a subprocess; restartable on the same state directory."""
+    """`hvdcls serve` as a subprocess; restartable on the same state directory. hosts=None: no
+    inventory (--executor slurm among the options); extra_env is added to its environment."""
 
-    def __init__(self, state_dir: Path, data_root: Path, log: Path, hosts: str = "localhost:4", *options: str):
+    def __init__(self, state_dir: Path, data_root: Path, log: Path, hosts: str | None = "localhost:4",
+                 *options: str, extra_env: dict | None = None):
         self.state_dir, self.data_root, self.log = state_dir, data_root, log
-        self.hosts, self.options = hosts, options
+        self.hosts, self.options, self.extra_env = hosts, options, extra_env or {}
         self.process = None
+
+    def env(self) -> dict:
+        return {**env(), **self.extra_env}
 
     def start(self) -> None:
         (self.state_dir / "server.json").unlink(missing_ok=True)
-        command = launch.hvdcls_command("serve", "--hosts", self.hosts, "--state-dir", str(self.state_dir),
+        inventory = ["--hosts", self.hosts] if self.hosts else []
+        command = launch.hvdcls_command("serve", *inventory, "--state-dir", str(self.state_dir),
                                         "--port", "0", "--data-root", str(self.data_root), "--grace-seconds", "5",
                                         *self.options)
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env())
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env())
         deadline = time.time() + 60
         while not (self.state_dir / "server.json").exists():
             assert self.process.poll() is None and time.time() < deadline, self.log.read_text()[-3000:]

@@ -73,3 +73,23 @@ def test_compose_keeps_the_ssh_key_in_a_volume_made_at_start_up():
         if service.get("command") == "worker":
             assert service["depends_on"]["keygen"]["condition"] == "service_completed_successfully"
     assert "id_ed25519" not in DOCKERFILE and "ssh-keygen" not in DOCKERFILE
+
+
+def test_the_slurm_cluster_matches_its_slurm_conf_and_keeps_its_keys_in_volumes():
+    cluster = yaml.safe_load((REPO / "docker" / "slurm.yaml").read_text())
+    services, conf = cluster["services"], (REPO / "docker" / "slurm" / "slurm.conf").read_text()
+    nodes = [name for name, s in services.items() if s.get("command") == "node"]
+    assert nodes == ["node1", "node2"] and "NodeName=node[1-2] " in conf and "Nodes=node[1-2] " in conf
+    assert services["slurmctld"]["hostname"] == "slurmctld" and "SlurmctldHost=slurmctld\n" in conf
+    assert (services["munge-key"]["command"], services["keygen"]["command"]) == ("munge-key", "keygen")
+    for name in ("slurmctld", *nodes, "service"):
+        assert {"munge:/etc/munge", "ssh:/home/hvd/.ssh", "shared:/shared"} <= set(services[name]["volumes"]), name
+    for name in ("slurmctld", *nodes):
+        assert services[name]["depends_on"]["munge-key"]["condition"] == "service_completed_successfully"
+    for name in nodes:
+        assert services[name]["hostname"] == name
+        assert services[name]["environment"]["HVDCLS_SSH_PORT"] == SSHD_PORT
+        assert services["service"]["depends_on"][name]["condition"] == "service_healthy"
+    assert cluster["networks"]["cluster"]["internal"] is True
+    # The key is made per project; the package's own is deleted in the image's only apt layer.
+    assert "/etc/munge/munge.key" in (REPO / "docker" / "slurm" / "Dockerfile").read_text()

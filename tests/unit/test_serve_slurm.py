@@ -1,5 +1,5 @@
 """hvdcls.serve under Slurm, without Slurm: the batch script, SLURM_TASKS_PER_NODE, what
-`scontrol show job` states mean, and the executor's bookkeeping (submit, refusal, states, a
+squeue's states mean, and the executor's bookkeeping (submit, refusal, states, a
 restart) with Slurm's commands replaced by canned answers."""
 import json
 import os
@@ -17,9 +17,7 @@ from hvdcls.serve.slurm_service import SlurmService
 from hvdcls.serve.spec import JobSpec
 from hvdcls.serve.store import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, Store
 
-SCONTROL = ("JobId=7 JobName=hvdcls-1 UserId=root(0) JobState={state} Reason={reason} Dependency=(null) "
-            "ExitCode={code} RunTime=00:00:03 NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=2 NumTasks=2 "
-            "Command=/srv/state dir/jobs/000001/job.sbatch WorkDir=/srv/state dir/jobs/000001 Power=")
+SQUEUE = "{id}|{state}|{reason}|{status}|"  # squeue -O JobID:|,State:|,Reason:|,exit_code:|
 
 
 def test_tasks_per_node_expands_slurms_compression():
@@ -65,22 +63,26 @@ def test_the_script_finds_its_hosts_inside_the_allocation(tmp_path, monkeypatch,
     assert (tmp_path / runner.ALLOCATION).read_text() == "node1:2\nnode2:1\n"
 
 
-@pytest.mark.parametrize("state, code, expected", [
-    ("PENDING", "0:0", (QUEUED, None, 0)), ("CONFIGURING", "0:0", (QUEUED, None, 0)),
-    ("RUNNING", "0:0", (RUNNING, None, 0)), ("COMPLETING", "0:0", (RUNNING, None, 0)),
-    ("COMPLETED", "0:0", (SUCCEEDED, 0, 0)), ("CANCELLED", "0:15", (CANCELLED, 0, 15)),
-    ("FAILED", "2:0", (FAILED, 2, 0)), ("TIMEOUT", "0:0", (FAILED, 0, 0)),
-    ("NODE_FAIL", "0:0", (FAILED, 0, 0)), ("OUT_OF_MEMORY", "0:125", (FAILED, 0, 125))])
-def test_slurm_states_map_to_the_services(state, code, expected):
-    found = slurm.status(slurm.fields(SCONTROL.format(state=state, reason="None", code=code)))
+@pytest.mark.parametrize("state, status, expected", [
+    ("PENDING", 0, (QUEUED, None, 0)), ("CONFIGURING", 0, (QUEUED, None, 0)),
+    ("RUNNING", 0, (RUNNING, None, 0)), ("COMPLETING", 0, (RUNNING, None, 0)),
+    ("COMPLETED", 0, (SUCCEEDED, 0, 0)), ("CANCELLED", 15, (CANCELLED, 0, 15)),
+    ("FAILED", 2 << 8, (FAILED, 2, 0)), ("TIMEOUT", 0, (FAILED, 0, 0)),
+    ("NODE_FAIL", 0, (FAILED, 0, 0)), ("OUT_OF_MEMORY", 125, (FAILED, 0, 125))])
+def test_slurm_states_map_to_the_services(state, status, expected):
+    found = slurm.parse_squeue(SQUEUE.format(id=7, state=state, reason="None", status=status))["7"]
     assert (found.state, found.exit_code, found.signal) == expected
     assert found.slurm_state == state and found.reason is None
 
 
-def test_scontrol_fields_keep_values_with_spaces_and_the_pending_reason():
-    found = slurm.fields(SCONTROL.format(state="PENDING", reason="Resources", code="0:0"))
-    assert found["WorkDir"] == "/srv/state dir/jobs/000001" and found["Power"] == ""
-    assert slurm.status(found).reason == "Resources"
+def test_one_squeue_answer_gives_every_job_and_the_pending_reasons():
+    text = "\n".join([SQUEUE.format(id=7, state="PENDING", reason="Resources", status=0),
+                      SQUEUE.format(id=8, state="PENDING", reason="ReqNodeNotAvail, UnavailableNodes:node1", status=0),
+                      SQUEUE.format(id=9, state="FAILED", reason="NonZeroExitCode", status=256), ""])
+    found = slurm.parse_squeue(text)
+    assert sorted(found) == ["7", "8", "9"]
+    assert (found["7"].reason, found["8"].reason) == ("Resources", "ReqNodeNotAvail, UnavailableNodes:node1")
+    assert (found["9"].state, found["9"].exit_code) == (FAILED, 1)
 
 
 def test_sbatchs_refusal_is_one_line():
@@ -89,23 +91,26 @@ def test_sbatchs_refusal_is_one_line():
 
 
 class FakeSlurm:
-    """sbatch, scontrol and scancel as canned answers; records what was asked."""
+    """sbatch, squeue and scancel as canned answers (every job in one state); records the calls."""
 
     def __init__(self):
-        self.calls, self.state, self.code, self.refuse, self.known = [], "PENDING", "0:0", None, True
+        self.calls, self.state, self.status, self.refuse, self.known = [], "PENDING", 0, None, True
+        self.submitted = 41
 
     def __call__(self, args, env=None):
         self.calls.append(args)
         if args[0] == "sbatch":
             if self.refuse:
                 return subprocess.CompletedProcess(args, 1, "", f"sbatch: error: {self.refuse}\n")
-            return subprocess.CompletedProcess(args, 0, "42\n", "")
-        if args[0] == "scontrol":
+            self.submitted += 1
+            return subprocess.CompletedProcess(args, 0, f"{self.submitted}\n", "")
+        if args[0] == "squeue":
             if not self.known:
                 return subprocess.CompletedProcess(args, 1, "", "slurm_load_jobs error: Invalid job id specified\n")
-            line = SCONTROL.format(state=self.state, reason="Priority" if self.state == "PENDING" else "None",
-                                   code=self.code)
-            return subprocess.CompletedProcess(args, 0, line + "\n", "")
+            ids = next(a for a in args if a.startswith("--jobs=")).split("=")[1].split(",")
+            reason = "Priority" if self.state == "PENDING" else "None"
+            lines = [SQUEUE.format(id=i, state=self.state, reason=reason, status=self.status) for i in ids]
+            return subprocess.CompletedProcess(args, 0, "\n".join(lines) + "\n", "")
         return subprocess.CompletedProcess(args, 0, "", "")
 
 
@@ -137,11 +142,26 @@ def test_a_job_follows_its_slurm_job_across_a_restart(tmp_path, fake):
     again.tick()
     running = again.store.get(job.id)
     assert (running.state, json.loads(running.hosts), running.message) == (RUNNING, {"vm": 2}, None)
-    fake.state, fake.code = "FAILED", "3:0"
+    fake.state, fake.status = "FAILED", 3 << 8
     again.tick()
     failed = again.store.get(job.id)
     assert (failed.state, failed.exit_status) == (FAILED, 3)
     assert failed.message.startswith("Slurm FAILED, exit status 3")
+
+
+def test_one_turn_of_the_loop_asks_slurm_once_for_all_its_jobs(tmp_path, fake):
+    svc = service(tmp_path)
+    jobs = [svc.submit(JobSpec(np=1)) for _ in range(3)]
+    fake.calls.clear()
+    svc.tick()
+    assert fake.calls == [["squeue", "--noheader", "--states=all", "--jobs=42,43,44",
+                           f"--Format={slurm.SQUEUE_FORMAT}"]]
+    assert [svc.store.get(job.id).message for job in jobs] == ["pending in Slurm (Priority)"] * 3
+    fake.state = "COMPLETED"
+    svc.tick()
+    fake.calls.clear()
+    svc.tick()  # nothing left to follow: no call at all
+    assert fake.calls == [] and {svc.store.get(job.id).state for job in jobs} == {SUCCEEDED}
 
 
 def test_a_job_slurm_has_forgotten_ends_as_its_wrapper_recorded(tmp_path, fake):
@@ -158,7 +178,7 @@ def test_cancel_is_scancel_and_the_state_comes_from_slurm(tmp_path, fake):
     job = svc.submit(JobSpec(np=1))
     assert svc.cancel(job.id).state == QUEUED
     assert fake.calls[-1] == ["scancel", "42"]
-    fake.state, fake.code = "CANCELLED", "0:15"
+    fake.state, fake.status = "CANCELLED", 15
     svc.tick()
     done = svc.store.get(job.id)
     assert (done.state, done.message) == (CANCELLED, "cancelled in Slurm before it started")
