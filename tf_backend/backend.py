@@ -39,7 +39,7 @@ from hvdcls.config import Config, worker_lr  # noqa: E402
 from hvdcls.data.batches import EpochBatches  # noqa: E402
 from hvdcls.errors import UserError  # noqa: E402
 from hvdcls.horovod_backend import HorovodBackend  # noqa: E402
-from tf_backend import data, elastic, models, sync_bn  # noqa: E402
+from tf_backend import compiled, data, elastic, models, sync_bn  # noqa: E402
 from tf_backend.compression import PowerSGDReducer  # noqa: E402
 
 CHECKPOINT_FILE = "tensorflow.npz"
@@ -97,6 +97,7 @@ class TensorFlowBackend(HorovodBackend):
 
     def build(self, config: Config, num_classes: int) -> dict:
         hv, training = config.horovod, config.training
+        compiled.refuse_what_breaks(config)  # training.compile: one line, nothing built
         policy = amp_policy(config, self.device != "cpu")
         keras.mixed_precision.set_global_policy(policy or "float32")
         self.loss_scaled = policy == "mixed_float16"
@@ -118,6 +119,7 @@ class TensorFlowBackend(HorovodBackend):
         self.num_classes = num_classes
         shapes = [tuple(v.shape) for v in self.model.trainable_variables]
         self.timed_apart = training.balance == "dynamic"  # compute and all-reduce timed apart
+        self.jit = training.compile  # XLA for the local gradients, the all-reduce after them
         self.last_allreduce_wait: float | None = None
         self.reducer: PowerSGDReducer | None = None
         if hv.compression == "powersgd":  # our own reduction of the gradient list
@@ -135,13 +137,14 @@ class TensorFlowBackend(HorovodBackend):
             self.ema = [tf.Variable(tf.identity(v.value), trainable=False) for v in self.ema_sources()]
         return {"parameters": models.count_parameters(self.model), "framework": "tensorflow",
                 "channels_last": True,  # Keras convolutions are NHWC whatever the key says
+                "compile": training.compile,
                 "amp_dtype": policy.removeprefix("mixed_") if policy else None,
                 "horovod": {"compression": hv.compression, "op": hv.op, "sync_bn": hv.sync_bn,
                             "backward_passes_per_step": hv.backward_passes_per_step}}
 
     def _compile_steps(self) -> None:
         self._train_one = tf.function(self._train_one_eager, reduce_retracing=True)
-        self._local_grads = tf.function(self._local_grads_eager, reduce_retracing=True)
+        self._local_grads = compiled.gradient_step(self._local_grads_eager, self.jit)
         self._apply_accumulated = tf.function(self._apply_accumulated_eager, reduce_retracing=True)
         self._eval = tf.function(self._eval_eager, reduce_retracing=True)
         self._ema_update = tf.function(self._ema_update_eager)
@@ -224,7 +227,7 @@ class TensorFlowBackend(HorovodBackend):
         return sums
 
     def _train_micro(self, micro_batches: list, weight, warmup: bool) -> Sums:
-        if len(micro_batches) == 1 and not self.timed_apart:
+        if len(micro_batches) == 1 and not (self.timed_apart or self.jit):
             return self._train_one(*micro_batches[0], weight, warmup)
         total, accumulated = None, None
         for images, labels in micro_batches:
