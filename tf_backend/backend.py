@@ -119,7 +119,7 @@ class TensorFlowBackend(HorovodBackend):
         self.num_classes = num_classes
         shapes = [tuple(v.shape) for v in self.model.trainable_variables]
         self.timed_apart = training.balance == "dynamic"  # compute and all-reduce timed apart
-        self.jit = training.compile  # XLA for the local gradients, the all-reduce after them
+        self.jit = training.compile  # XLA for the local gradients (a function the step calls)
         self.last_allreduce_wait: float | None = None
         self.reducer: PowerSGDReducer | None = None
         if hv.compression == "powersgd":  # our own reduction of the gradient list
@@ -179,6 +179,10 @@ class TensorFlowBackend(HorovodBackend):
         return logits, loss, (self.optimizer.scale_loss(objective) if self.loss_scaled else objective)
 
     def _train_one_eager(self, images, labels, weight, warmup: bool):
+        if self.jit:  # training.compile: the XLA-compiled gradients, then all-reduce and update
+            grads, sums = self._local_grads(images, labels, weight)
+            self._apply_accumulated_eager(grads, warmup)
+            return sums
         with tf.GradientTape() as tape:
             logits, loss, scaled = self._forward(images, labels, weight)
         if self.reducer is not None:
@@ -227,7 +231,7 @@ class TensorFlowBackend(HorovodBackend):
         return sums
 
     def _train_micro(self, micro_batches: list, weight, warmup: bool) -> Sums:
-        if len(micro_batches) == 1 and not (self.timed_apart or self.jit):
+        if len(micro_batches) == 1 and not self.timed_apart:
             return self._train_one(*micro_batches[0], weight, warmup)
         total, accumulated = None, None
         for images, labels in micro_batches:

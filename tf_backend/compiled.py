@@ -2,9 +2,9 @@
 
 Mirror: torch_backend/compiled.py. XLA cannot compile Horovod's all-reduce (a custom op with no
 XLA kernel on the CPU), so what is compiled is the forward and backward pass that yields the
-local gradients; the all-reduce and the update run after it in the plain tf.function, as they do
-for gradient accumulation (backend._train_micro). The cost: the all-reduce no longer overlaps
-backward, it starts when every gradient exists.
+local gradients, a function the step's plain tf.function calls; the all-reduce and the update
+follow it in that graph. The cost: the all-reduce no longer overlaps backward, it starts when
+every gradient exists.
 """
 from __future__ import annotations
 
