@@ -40,7 +40,7 @@ from hvdcls.config import Config, worker_lr  # noqa: E402
 from hvdcls.data.batches import EpochBatches  # noqa: E402
 from hvdcls.errors import UserError  # noqa: E402
 from hvdcls.horovod_backend import HorovodBackend  # noqa: E402
-from tf_backend import data, elastic, models, sync_bn  # noqa: E402
+from tf_backend import compiled, data, elastic, models, sync_bn  # noqa: E402
 from tf_backend.compression import PowerSGDReducer  # noqa: E402
 
 CHECKPOINT_FILE = "tensorflow.npz"
@@ -99,6 +99,7 @@ class TensorFlowBackend(HorovodBackend):
 
     def build(self, config: Config, num_classes: int) -> dict:
         hv, training = config.horovod, config.training
+        compiled.refuse_what_breaks(config)  # training.compile: one line, nothing built
         policy = amp_policy(config, self.device != "cpu")
         keras.mixed_precision.set_global_policy(policy or "float32")
         self.loss_scaled = policy == "mixed_float16"
@@ -120,6 +121,7 @@ class TensorFlowBackend(HorovodBackend):
         self.num_classes = num_classes
         shapes = [tuple(v.shape) for v in self.model.trainable_variables]
         self.timed_apart = training.balance == "dynamic"  # compute and all-reduce timed apart
+        self.jit = training.compile  # XLA for the local gradients (a function the step calls)
         self.last_allreduce_wait: float | None = None
         self.reducer: PowerSGDReducer | None = None
         if hv.compression == "powersgd":  # our own reduction of the gradient list
@@ -137,13 +139,14 @@ class TensorFlowBackend(HorovodBackend):
             self.ema = [tf.Variable(tf.identity(v.value), trainable=False) for v in self.ema_sources()]
         return {"parameters": models.count_parameters(self.model), "framework": "tensorflow",
                 "channels_last": True,  # Keras convolutions are NHWC whatever the key says
+                "compile": training.compile,
                 "amp_dtype": policy.removeprefix("mixed_") if policy else None,
                 "horovod": {"compression": hv.compression, "op": hv.op, "sync_bn": hv.sync_bn,
                             "backward_passes_per_step": hv.backward_passes_per_step}}
 
     def _compile_steps(self) -> None:
         self._train_one = tf.function(self._train_one_eager, reduce_retracing=True)
-        self._local_grads = tf.function(self._local_grads_eager, reduce_retracing=True)
+        self._local_grads = compiled.gradient_step(self._local_grads_eager, self.jit)
         self._apply_accumulated = tf.function(self._apply_accumulated_eager, reduce_retracing=True)
         self._eval = tf.function(self._eval_eager, reduce_retracing=True)
         self._ema_update = tf.function(self._ema_update_eager)
@@ -179,6 +182,10 @@ class TensorFlowBackend(HorovodBackend):
         return logits, loss, (self.optimizer.scale_loss(objective) if self.loss_scaled else objective)
 
     def _train_one_eager(self, images, labels, weight, warmup: bool):
+        if self.jit:  # training.compile: the XLA-compiled gradients, then all-reduce and update
+            grads, sums = self._local_grads(images, labels, weight)
+            self._apply_accumulated_eager(grads, warmup)
+            return sums
         with tf.GradientTape() as tape:
             logits, loss, scaled = self._forward(images, labels, weight)
         if self.reducer is not None:

@@ -24,7 +24,7 @@ from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.errors import UserError
 from hvdcls.horovod_backend import HorovodBackend
-from torch_backend import data, elastic, models
+from torch_backend import compiled, data, elastic, models
 from torch_backend.compression import PowerSGDReducer
 from torch_backend.sync_bn import SyncBatchNorm
 
@@ -79,10 +79,13 @@ class TorchBackend(HorovodBackend):
 
     def build(self, config: Config, num_classes: int) -> dict:
         hv = config.horovod
+        compiled.refuse_what_breaks(config)  # training.compile: one line, nothing built
         model = models.build_model(config.model.name, num_classes)
         if hv.sync_bn:
             model = models.convert_sync_batchnorm(model, SyncBatchNorm)  # Horovod: global BN stats
         self.model = model.to(self.device)
+        # training.compile: the training step runs the compiled module (same parameters)
+        self.step_model = compiled.compile_model(self.model) if config.training.compile else self.model
         # training.channels_last: the batches only. Horovod's collectives need contiguous (NCHW)
         # weights and gradients, and a channels-last input alone makes cuDNN pick NHWC kernels.
         channels_last = config.training.channels_last
@@ -117,7 +120,7 @@ class TorchBackend(HorovodBackend):
             # Model EMA: a copy of every floating entry of the state (parameters, BN statistics).
             self.ema = {name: t.detach().clone() for name, t in self.ema_sources().items()}
         return {"parameters": models.count_parameters(self.model), "framework": "torch",
-                "channels_last": channels_last,
+                "channels_last": channels_last, "compile": config.training.compile,
                 "amp_dtype": str(self.dtype).replace("torch.", "") if self.dtype else None,
                 "horovod": {"compression": hv.compression, "op": hv.op, "sync_bn": hv.sync_bn,
                             "backward_passes_per_step": hv.backward_passes_per_step}}
@@ -146,7 +149,7 @@ class TorchBackend(HorovodBackend):
         for images, labels in micro_batches:
             images, labels = self.to_device(images), labels.to(self.device)
             with self.autocast():
-                logits = self.model(images)
+                logits = self.step_model(images)
                 loss = self.criterion(logits, labels)  # class indices, or mixed targets (N, C)
             # Accumulated passes each carry 1/N of the step's gradient; `weight` makes this
             # rank's share of the ranks' average its share of the samples (training.balance),

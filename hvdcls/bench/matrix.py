@@ -89,6 +89,9 @@ class BenchSpec:
     balances: list[str] = option(["off"], flag="--balance", choices=("off", "dynamic"),
                                  help="training.balance of the np>1 hvdcls cells (dynamic: per-rank "
                                  "batches by measured speed, memory data only)")
+    compiles: list[str] = option(["off"], flag="--compile", choices=("off", "on"),
+                                 help="training.compile of the hvdcls cells (on: torch.compile / "
+                                 "XLA; its compile runs in untimed steps first)")
     slow_rank: Optional[str] = option(None, help="RANK=FRACTION: that rank of every np>1 cell runs "
                                       "with FRACTION of the CPU of the others (a cgroup; root), "
                                       "e.g. 1=0.5; DDP cells are left out")
@@ -104,10 +107,11 @@ class Cell:
     model: str
     data: str = "memory"  # memory: one batch held in memory; imagefolder | lmdb: real loader
     balance: str = "off"  # training.balance (hvdcls cells with np > 1)
+    compile: str = "off"  # training.compile (hvdcls cells)
 
     def key(self) -> tuple:
         return (self.backend, self.np, self.compression, self.batch_size, self.model, self.data,
-                self.balance)
+                self.balance, self.compile)
 
     def file_name(self) -> str:
         return f"{self.runner}-{'-'.join(map(str, self.key()))}.json"
@@ -129,10 +133,13 @@ def cells(spec: BenchSpec) -> list[Cell]:
     out = [replace(c, compression="none") if c.np == 1 else c for c in out]
     out += [replace(c, balance=balance) for c in list(out) if c.np > 1 and c.data == "memory"
             for balance in spec.balances if balance != "off"]
+    # each compiled cell right after its plain one: a round measures the two side by side
+    out = [replace(c, compile=mode) for c in out for mode in spec.compiles]
     if spec.baselines:
         # DDP's torchrun does not cross our namespaces (nor run under --slow-rank's wrapper).
         runners = ("raw-horovod",) if spec.link_mbit or spec.slow_rank else ("raw-horovod", "ddp")
-        out += [Cell(runner, c.backend, *c.key()[1:]) for c in list(out) if c.balance == "off"
+        out += [Cell(runner, c.backend, *c.key()[1:]) for c in list(out)
+                if c.balance == "off" and c.compile == "off"
                 for runner in runners if (runner, c.backend) in BASELINE_SCRIPTS
                 and (runner, c.compression) not in NO_BASELINE
                 and c.data != "lmdb"]  # LMDB is our own format: no plain loop reads it
@@ -157,7 +164,7 @@ def command(cell: Cell, spec: BenchSpec, out: Path, hosts=None, throttle=None) -
     args = worker_args(cell, spec, out)
     if cell.runner == "hvdcls":
         program = [sys.executable, "-m", "hvdcls.bench.worker", "--backend", cell.backend, *args,
-                   "--balance", cell.balance]
+                   "--balance", cell.balance, "--compile", cell.compile]
     else:
         program = [sys.executable, str(BASELINES_DIR / BASELINE_SCRIPTS[(cell.runner, cell.backend)]), *args]
     if throttle is not None and cell.np > throttle[1] and cell.runner != "ddp":
@@ -294,6 +301,7 @@ def summarise(cell: Cell, raw: dict) -> dict:
             "ring_bytes_sent_per_rank": None if buffer is None else int(buffer * 2 * (cell.np - 1) / cell.np),
             "horovod_settings": raw.get("horovod_settings", {}), "versions": raw.get("versions", {}),
             "balance_plan": (raw.get("balance") or {}).get("batches"),
+            "first_step_seconds": raw.get("first_step_seconds"),
             **guard.summarise(raw.get("outside", []))}
 
 
@@ -306,13 +314,15 @@ def add_ratios(results: list[dict]) -> None:
             continue
         key = Cell.of(r).key()
         mine = speed[(r["runner"], key)]
-        single = speed.get((r["runner"], (key[0], 1, "none", *key[3:6], "off")))
+        single = speed.get((r["runner"], (key[0], 1, "none", *key[3:6], "off", key[7])))
         raw, ddp = speed.get(("raw-horovod", key)), speed.get(("ddp", key))
         r["scaling_efficiency"] = mine / (r["np"] * single) if single else None
         r["vs_raw_horovod"] = mine / raw if raw and r["runner"] == "hvdcls" else None
         r["horovod_vs_ddp"] = mine / ddp if ddp and r["runner"] in ("hvdcls", "raw-horovod") else None
-        off = speed.get((r["runner"], (*key[:6], "off")))
+        off = speed.get((r["runner"], (*key[:6], "off", key[7])))
         r["vs_balance_off"] = mine / off if off and r["balance"] != "off" else None
+        plain = speed.get((r["runner"], (*key[:7], "off")))
+        r["vs_compile_off"] = mine / plain if plain and r["compile"] != "off" else None
 
 
 def shaped_hosts(spec: BenchSpec):

@@ -7,9 +7,10 @@ from pathlib import Path
 from hvdcls import fileio, tables
 from hvdcls.bench.guard import BUSY_SHARE
 
-COLUMNS = ["runner", "backend", "np", "compression", "batch", "model", "data", "balance",
-           "img/s (median)", "spread", "img/s/worker", "scaling eff.", "step ms", "allreduce wait",
-           "data wait", "MB/step", "vs raw Horovod", "Horovod/DDP", "vs balance off", "outside CPU"]
+COLUMNS = ["runner", "backend", "np", "compression", "batch", "model", "data", "balance", "compile",
+           "img/s (median)", "spread", "img/s/worker", "scaling eff.", "step ms", "1st step s",
+           "allreduce wait", "data wait", "MB/step", "vs raw Horovod", "Horovod/DDP",
+           "vs balance off", "vs compile off", "outside CPU"]
 
 
 def fmt(value, pattern: str = "{:.2f}") -> str:
@@ -22,18 +23,20 @@ def megabytes(num_bytes):
 
 def row(cell: dict) -> list[str]:
     head = [cell["runner"], cell["backend"], str(cell["np"]), cell["compression"],
-            str(cell["batch_size"]), cell["model"], data_label(cell), balance_label(cell)]
+            str(cell["batch_size"]), cell["model"], data_label(cell), balance_label(cell),
+            cell.get("compile", "off")]
     if "error" in cell:
         return head + [f"failed: {cell['error'][:80]}"] + [""] * (len(COLUMNS) - len(head) - 1)
     ips = cell["images_per_sec"]
     return head + [fmt(ips["median"], "{:.1f}"), f"{ips['min']:.1f}-{ips['max']:.1f}",
                    fmt(cell["images_per_sec_per_worker"], "{:.1f}"), fmt(cell["scaling_efficiency"]),
                    fmt(cell["step_seconds"]["median"] * 1000, "{:.0f}"),
+                   fmt(cell.get("first_step_seconds"), "{:.1f}"),
                    fmt(cell["communication_share"], "{:.0%}"),
                    fmt(cell.get("data_wait_share"), "{:.0%}"),
                    fmt(megabytes(cell["allreduce_bytes_per_step"]), "{:.2f}"),
                    fmt(cell["vs_raw_horovod"]), fmt(cell["horovod_vs_ddp"]),
-                   fmt(cell.get("vs_balance_off")), outside_label(cell)]
+                   fmt(cell.get("vs_balance_off")), fmt(cell.get("vs_compile_off")), outside_label(cell)]
 
 
 def balance_label(cell: dict) -> str:
@@ -68,7 +71,9 @@ def markdown(report: dict) -> str:
              "allreduce wait: share of the step spent waiting for gradients after backward "
              "(torch backend only); data: memory (one batch reused) or files read through the "
              "loader with N workers per rank; data wait: share of the step blocked waiting for "
-             "the next batch; balance: training.balance and the per-rank batches it settled on"
+             "the next batch; balance: training.balance and the per-rank batches it settled on; "
+             "compile: training.compile (torch.compile / XLA); 1st step s: the first step, "
+             "which compiles when it is on (untimed, as are the steps after it)"
              + slow_label(report["spec"]) + "; outside CPU: what processes other than the bench "
              "used while the cell ran (the worst round), as a share of the machine; `!`: over "
              f"{BUSY_SHARE:.0%}, so the cell's figures are not to be trusted.", "",
@@ -129,7 +134,8 @@ def plot(report: dict, path: Path) -> None:
 
     good = [c for c in report["cells"] if "error" not in c]
     labels = [f"{c['runner']}\n{c['backend'][:5]} np{c['np']} {c['compression']}\nb{c['batch_size']} "
-              f"{c['model']}\n{data_label(c)}{wait_label(c)}\n{balance_label(c)}" for c in good]
+              f"{c['model']}\n{data_label(c)}{wait_label(c)}\n{balance_label(c)}"
+              f"{' compiled' if c.get('compile') == 'on' else ''}" for c in good]
     medians = [c["images_per_sec"]["median"] for c in good]
     errors = [[m - c["images_per_sec"]["min"] for m, c in zip(medians, good)],
               [c["images_per_sec"]["max"] - m for m, c in zip(medians, good)]]

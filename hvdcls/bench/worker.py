@@ -27,6 +27,9 @@ from hvdcls.data.transforms import Preprocess
 from hvdcls.training import balance
 
 BALANCE_SETTLE_STEPS = 15  # --balance dynamic: untimed steps for the plan to settle first
+# --compile on: untimed steps after the first (which compiles), before the warm-up; a graph
+# that recompiles (a guard that fails on the second call) does it within these
+COMPILE_SETTLE_STEPS = 3
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,6 +52,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--balance", default="off", choices=["off", "dynamic"],
                         help="dynamic: per-rank batches re-planned by speed (training.balance), "
                         "--batch-size x ranks in all (memory data only)")
+    parser.add_argument("--compile", default="off", choices=["off", "on"],
+                        help="on: training.compile (torch.compile / XLA)")
     return parser.parse_args(argv)
 
 
@@ -81,7 +86,7 @@ def cell_config(args: argparse.Namespace) -> cfg.Config:
         # then), so every timed step compresses and none pays for tracing.
         f"horovod.powersgd.rank={args.powersgd_rank}",
         f"horovod.powersgd.start_iter={max(0, args.warmup - 1)}",
-        f"training.balance={args.balance}",
+        f"training.balance={args.balance}", f"training.compile={str(args.compile == 'on').lower()}",
     ], {})
 
 
@@ -185,11 +190,15 @@ def main(argv: list[str] | None = None) -> int:
         info = backend.build(config, data.num_classes)
         data_wait = real_batches(config, backend, ctx, data)
         feed = Feed(iter(data_wait))
+    first_step, _ = timed_steps(backend, feed, 1)  # with --compile on: the compile
+    if args.compile == "on":
+        timed_steps(backend, feed, COMPILE_SETTLE_STEPS)
     if args.balance == "dynamic":  # the plan settles before timing starts
         timed_steps(backend, feed, BALANCE_SETTLE_STEPS)
     reps = measured_reps(backend, feed, args, data_wait)
     if ctx.is_main:
         out = result(args, ctx, info, settings, reps, (backend.communication() or {}).get("bytes_per_step"))
+        out["first_step_seconds"] = first_step
         if isinstance(feed, BalancedFeed):
             out["balance"] = feed.rebalancer.balancer.summary()
         fileio.write_json_atomic(args.out, out)

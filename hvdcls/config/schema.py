@@ -143,6 +143,10 @@ class TrainingConfig:
     # torch: batches in NHWC memory (cuDNN's faster tensor-core kernels with AMP); tensorflow
     # accepts it and has nothing to do (Keras convolutions are NHWC already).
     channels_last: bool = False
+    # Compile the training step: torch.compile of the model's forward and backward (inductor;
+    # on the CPU it needs a C++ compiler), XLA (jit_compile) for TensorFlow's gradient step.
+    # The first steps pay for compiling (docs/recipes.md: what it costs and refuses).
+    compile: bool = False
     threads: Optional[int] = None  # compute threads per process; None: cores / local ranks
     resume: Optional[str] = None  # checkpoint directory, or a run directory (its latest)
     eval_only: bool = False  # evaluate the resumed checkpoint on the validation split, then stop

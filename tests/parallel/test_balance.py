@@ -2,7 +2,9 @@
 optimisation. One probe launch per backend (balance_probe.py, beside sync_bn_probe.py) checks
 two steps under two plans against one process on the global batch (SyncBN, gradient
 accumulation, PowerSGD's warm-up, fp16 compression) and that every rank holds the same weights;
-a digits run re-plans for a slow rank."""
+a digits run re-plans for a slow rank. The same launch checks training.compile: the compiled
+steps update as the plain ones do, the ranks agree, and (torch) Horovod's gradient hooks still
+start every all-reduce."""
 import json
 import subprocess
 
@@ -20,11 +22,15 @@ pytestmark = pytest.mark.parallel
 def test_unequal_batches_update_as_one_process_on_the_global_batch(backend, probes):
     """balance_probe.py's reports, from the launch it shares with test_sync_bn's probe."""
     reports = [json.loads((probes(backend) / "balance" / f"rank-{r}.json").read_text()) for r in range(NP)]
-    assert set(reports[0]) == {"sync_bn", "accumulation_powersgd", "fp16"}
+    assert set(reports[0]) == {"sync_bn", "accumulation_powersgd", "fp16", "compile"}
     for case in reports[0]:
         for report in reports:
             assert report[case]["difference"] < report[case]["tolerance"], (case, report[case])
         assert len({report[case]["digest"] for report in reports}) == 1, case  # identical weights
+    for report in reports:  # torch: every gradient's all-reduce started by its hook, each step
+        compiled = report["compile"]
+        expected = [compiled["gradients"]] * 2 if backend == "torch" else []
+        assert compiled["hooked"] == expected and (backend != "torch" or compiled["gradients"]), compiled
 
 
 def test_dynamic_balancing_replans_for_a_slow_rank_and_ends_with_identical_weights(tmp_path):

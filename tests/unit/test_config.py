@@ -121,6 +121,7 @@ def test_empty_config_file_gives_defaults(tmp_path):
     ("training.epochs=abc", "training.epochs"),
     ("training.epochs=2.5", "training.epochs"),
     ("training.amp=maybe", "training.amp"),
+    ("training.compile=maybe", "training.compile"),
     ("training.epochs=null", "training.epochs"),
     ("optimizer.lr=[1]", "optimizer.lr"),
 ])
