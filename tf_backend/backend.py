@@ -8,8 +8,10 @@ is the contract's None by default: the all-reduce runs inside the compiled step
 it apart would mean a different step; Horovod's timeline measures it (`hvdcls timeline PATH`).
 For the same reason the watchdog sees the step as one phase, "in the step (computing or
 waiting in the all-reduce)" (hvdcls.training.watchdog.IN_STEP): marks_allreduce_wait stays False.
-With training.balance=dynamic the step is that different step: local gradients, then the
-all-reduce and update, timed apart, because the balancer needs each rank's compute time.
+With training.balance=dynamic the balancer needs each rank's compute time, so the step notes
+when its backward pass is done (a host callback that runs once every local gradient exists) and
+all-reduces each gradient as DistributedGradientTape would, in the same compiled call: the
+all-reduce still overlaps the backward pass, and the wait is the time from that note to the end.
 
 Keras 3 note: Horovod's helpers expect `tf.Variable`s but Keras 3 hands out its own
 variables (`broadcast_variables` fails with "'SymbolicTensor' object has no attribute
@@ -119,6 +121,7 @@ class TensorFlowBackend(HorovodBackend):
         shapes = [tuple(v.shape) for v in self.model.trainable_variables]
         self.timed_apart = training.balance == "dynamic"  # compute and all-reduce timed apart
         self.last_allreduce_wait: float | None = None
+        self.backward_done_at: float | None = None  # set inside the step (timed_apart)
         self.reducer: PowerSGDReducer | None = None
         if hv.compression == "powersgd":  # our own reduction of the gradient list
             self.reducer = PowerSGDReducer(shapes, hv.powersgd)
@@ -178,14 +181,30 @@ class TensorFlowBackend(HorovodBackend):
     def _train_one_eager(self, images, labels, weight, warmup: bool):
         with tf.GradientTape() as tape:
             logits, loss, scaled = self._forward(images, labels, weight)
-        if self.reducer is not None:
+        if self.reducer is not None or self.timed_apart:
             grads = tape.gradient(scaled, tf_variables(self.model.trainable_variables))
-            self._apply(self._powersgd(grads, warmup))
+            if self.timed_apart:
+                self._note_backward_done(grads)
+            if self.reducer is not None:
+                self._apply(self._powersgd(grads, warmup))
+            else:
+                # Horovod: one all-reduce per gradient, as DistributedGradientTape issues them:
+                # each starts once its gradient exists, overlapping the rest of the backward pass.
+                self._apply([hvd.allreduce(g, op=self.op, compression=self.compression) for g in grads])
         else:
             # Horovod: the tape all-reduces the gradients (fused, compressed) as it returns them.
             tape = hvd.DistributedGradientTape(tape, compression=self.compression, op=self.op)
             self._apply(tape.gradient(scaled, tf_variables(self.model.trainable_variables)))
         return self.sums(loss, logits, labels)
+
+    def _note_backward_done(self, grads) -> None:
+        """In the compiled step: record the host time once every local gradient exists (the
+        callback waits for them, nothing waits for it, so the all-reduces are not held up)."""
+        def note():
+            self.backward_done_at = time.perf_counter()
+
+        with tf.control_dependencies(grads):
+            tf.py_function(note, [], [])  # stateful: the compiled step always runs it
 
     def _powersgd(self, grads, warmup: bool):
         """Horovod: PowerSGD averages the gradients; the error feedback is kept unscaled."""
@@ -224,8 +243,12 @@ class TensorFlowBackend(HorovodBackend):
         return sums
 
     def _train_micro(self, micro_batches: list, weight, warmup: bool) -> Sums:
-        if len(micro_batches) == 1 and not self.timed_apart:
-            return self._train_one(*micro_batches[0], weight, warmup)
+        if len(micro_batches) == 1:
+            self.backward_done_at = None
+            sums = self._train_one(*micro_batches[0], weight, warmup)
+            if self.timed_apart and self.backward_done_at is not None:
+                self.last_allreduce_wait = time.perf_counter() - self.backward_done_at  # (and the update)
+            return sums
         total, accumulated = None, None
         for images, labels in micro_batches:
             grads, sums = self._local_grads(images, labels, weight)
