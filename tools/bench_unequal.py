@@ -53,6 +53,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--compose-file", type=Path, action="append", default=[],
+                        help="one more override on top (e.g. one that mounts a work tree's code)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per launch")
     parser.add_argument("--keep-up", action="store_true", help="leave the cluster running after")
     return parser.parse_args(argv)
@@ -60,7 +62,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 class Cluster:
     def __init__(self, args: argparse.Namespace):
-        files = [arg for path in COMPOSE_FILES for arg in ("--file", str(path))]
+        files = [arg for path in [*COMPOSE_FILES, *args.compose_file] for arg in ("--file", str(path))]
         self.base = ["docker-compose", *files, "--project-name", args.project]
         self.project = args.project
         self.env = {**os.environ, "HVDCLS_IMAGE": args.image,
