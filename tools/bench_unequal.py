@@ -115,8 +115,11 @@ def launch(cell: matrix.Cell, args: argparse.Namespace) -> list[str]:
     fusion = horovod_env.variables(HorovodConfig(**{k: horovod_env.DEFAULTS[k] for k in keys}), keys)
     env = [arg for k, v in {"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", **fusion}.items()
            for arg in ("-e", f"{k}={v}")]
+    # The compose network's interface named: horovodrun's probe for common interfaces starts a
+    # task on every worker and gives up after --start-timeout, which a capped worker on a busy
+    # machine can miss (seen here: "Timed out waiting for tasks to start").
     return ["exec", "-T", *env, "launcher", "horovodrun", "--gloo", "-np", str(cell.np), "-H", hosts,
-            "-p", str(SSH_PORT), "python", "-m", "hvdcls.bench.worker", "--backend", cell.backend,
+            "-p", str(SSH_PORT), "--network-interfaces", "eth0", "--start-timeout", "300", "python", "-m", "hvdcls.bench.worker", "--backend", cell.backend,
             "--model", cell.model, "--batch-size", str(cell.batch_size), "--image-size",
             str(args.image_size), "--compression", cell.compression, "--threads", "1",
             "--warmup", str(args.warmup), "--steps", str(args.steps), "--reps", str(args.reps),
@@ -154,6 +157,7 @@ def measure(cluster: Cluster, args: argparse.Namespace) -> list[dict]:
             raw = run_cell(cluster, cell, args)
             if "error" in raw:
                 errors[cell] = raw["error"]
+                print(f"  failed: {raw['error']}", file=sys.stderr, flush=True)
             else:
                 raws[cell].append(raw)
     results = [{**asdict(cell), "error": errors[cell]} if cell in errors

@@ -111,7 +111,8 @@ def test_the_compose_bench_spreads_4_ranks_over_the_unequal_workers_and_says_so(
     assert command[launcher + 1:launcher + 9] == ["horovodrun", "--gloo", "-np", "4", "-H",
                                                    "worker1:2,worker2:2", "-p", "12345"]
     assert "HOROVOD_FUSION_THRESHOLD=33554432" in command and "OMP_NUM_THREADS=1" in command
-    flags = dict(zip(command[launcher + 12::2], command[launcher + 13::2]))
+    assert command[launcher + 9:launcher + 13] == ["--network-interfaces", "eth0", "--start-timeout", "300"]
+    flags = dict(zip(command[launcher + 16::2], command[launcher + 17::2]))
     assert flags["--balance"] == "dynamic" and flags["--backend"] == "tensorflow"
     assert flags["--out"].startswith("/shared/")  # rank 0 writes where the launcher reads
     label = bench_report.slow_label(bench_unequal.spec(args))
