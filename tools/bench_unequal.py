@@ -46,7 +46,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cpus-worker2", type=float, default=0.5)
     parser.add_argument("--backends", nargs="+", default=["torch", "tensorflow"])
     parser.add_argument("--balance", nargs="+", default=["off", "dynamic"])
-    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--model", default="resnet50", help="one both backends have")
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=16, help="per rank (the global batch: x 4)")
     parser.add_argument("--warmup", type=int, default=3)
