@@ -13,7 +13,8 @@ SLURM_PROJECT ?= hvdcls-slurm
 GPU_FLAG := $(if $(filter 1,$(GPU)),--gpu,)
 
 .PHONY: setup demo test doctor unit parallel docker-test clean distclean bench docker-engine base-image \
-	wheelhouse image compose-up compose-down compose-test slurm-image slurm-up slurm-down
+	wheelhouse image compose-up compose-down compose-test slurm-image slurm-up slurm-down \
+	bench-unequal
 
 setup:
 	@VENV=$(VENV) GPU=$(GPU) bash tools/setup.sh
@@ -75,6 +76,11 @@ compose-test: setup docker-engine
 # Step throughput: the default matrix beside DDP and raw Horovod -> runs/bench/bench.{json,md,png}
 bench: setup
 	@$(PY) -m hvdcls bench --rounds 2 --output-dir runs/bench
+
+# training.balance off vs dynamic, both backends, 4 ranks across compose workers capped at 1 and
+# 0.5 cores (docker/compose.unequal.yaml) -> runs/bench-unequal/bench.{json,md,png}; tears down after
+bench-unequal: image
+	@$(PY) tools/bench_unequal.py --image $(IMAGE) --project $(PROJECT)-unequal --output-dir runs/bench-unequal
 
 doctor: setup
 	@$(VENV)/bin/hvdcls doctor

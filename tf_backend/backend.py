@@ -9,8 +9,10 @@ it apart would mean a different step; Horovod's timeline measures it (`hvdcls ti
 The watchdog still learns where the step is: a mark in the compiled step (`_backward_done`)
 fires once every local gradient exists, and nothing waits for it, so the all-reduce overlaps
 backward as before; from the mark on the rank is "waiting in the all-reduce".
-With training.balance=dynamic the step is that different step: local gradients, then the
-all-reduce and update, timed apart, because the balancer needs each rank's compute time.
+With training.balance=dynamic the balancer needs each rank's compute time too: the same mark
+notes the host time, and the step all-reduces each gradient as DistributedGradientTape would,
+in the same compiled call, so the all-reduce still overlaps the backward pass and the wait is
+the time from the mark to the step's end.
 
 Keras 3 note: Horovod's helpers expect `tf.Variable`s but Keras 3 hands out its own
 variables (`broadcast_variables` fails with "'SymbolicTensor' object has no attribute
@@ -123,6 +125,7 @@ class TensorFlowBackend(HorovodBackend):
         self.timed_apart = training.balance == "dynamic"  # compute and all-reduce timed apart
         self.jit = training.compile  # XLA for the local gradients (a function the step calls)
         self.last_allreduce_wait: float | None = None
+        self.backward_done_at: float | None = None  # set inside the step (`_backward_done`)
         self.reducer: PowerSGDReducer | None = None
         if hv.compression == "powersgd":  # our own reduction of the gradient list
             self.reducer = PowerSGDReducer(shapes, hv.powersgd)
@@ -188,10 +191,16 @@ class TensorFlowBackend(HorovodBackend):
             return sums
         with tf.GradientTape() as tape:
             logits, loss, scaled = self._forward(images, labels, weight)
-        if self.reducer is not None:
+        if self.reducer is not None or self.timed_apart:
             grads = tape.gradient(scaled, tf_variables(self.model.trainable_variables))
-            marks = [self._mark_backward_done(grads)] if self.marks_allreduce_wait else []
-            self._apply(self._powersgd(grads, warmup))
+            # The mark: the watchdog's phase, and the balancer's time (timed_apart).
+            marks = [self._mark_backward_done(grads)] if self.marks_allreduce_wait or self.timed_apart else []
+            if self.reducer is not None:
+                self._apply(self._powersgd(grads, warmup))
+            else:
+                # Horovod: one all-reduce per gradient, as DistributedGradientTape issues them:
+                # each starts once its gradient exists, overlapping the rest of the backward pass.
+                self._apply([hvd.allreduce(g, op=self.op, compression=self.compression) for g in grads])
         else:
             # Horovod: the tape all-reduces the gradients (fused, compressed) as it returns them.
             tape = hvd.DistributedGradientTape(tape, compression=self.compression, op=self.op)
@@ -227,7 +236,9 @@ class TensorFlowBackend(HorovodBackend):
         return tf.numpy_function(self._backward_done, [probe], tf.int32, stateful=False)
 
     def _backward_done(self, _probe) -> np.ndarray:
-        """Called by the compiled step on TensorFlow's thread when backward is done."""
+        """Called by the compiled step on TensorFlow's thread when backward is done: the
+        watchdog's phase, and the host time the balancer's all-reduce wait counts from."""
+        self.backward_done_at = time.perf_counter()
         self.waiting_for_allreduce()
         return np.zeros((), np.int32)
 
@@ -268,8 +279,12 @@ class TensorFlowBackend(HorovodBackend):
         return sums
 
     def _train_micro(self, micro_batches: list, weight, warmup: bool) -> Sums:
-        if len(micro_batches) == 1 and not self.timed_apart:
-            return self._train_one(*micro_batches[0], weight, warmup)
+        if len(micro_batches) == 1:
+            self.backward_done_at = None
+            sums = self._train_one(*micro_batches[0], weight, warmup)
+            if self.timed_apart and self.backward_done_at is not None:
+                self.last_allreduce_wait = time.perf_counter() - self.backward_done_at  # (and the update)
+            return sums
         total, accumulated = None, None
         for images, labels in micro_batches:
             grads, sums = self._local_grads(images, labels, weight)

@@ -15,7 +15,7 @@ import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 BUSY_SHARE = 0.10  # outside CPU above this share of the machine's capacity: the cell is flagged
 PROC_STAT = Path("/proc/stat")
@@ -54,19 +54,21 @@ class Outside:
 
 
 class CpuGuard:
-    """with CpuGuard() as guard: ...; then guard.outside (an Outside)."""
+    """with CpuGuard() as guard: ...; then guard.outside (an Outside). `ours`: CPU seconds used
+    so far by what is measured (default: this process and its reaped descendants; a bench whose
+    ranks run in containers adds theirs, which are no descendants of it)."""
 
-    def __init__(self, stat: Path = PROC_STAT):
-        self.stat = stat
+    def __init__(self, stat: Path = PROC_STAT, ours: Callable[[], float] = own_seconds):
+        self.stat, self.ours = stat, ours
         self.outside: Optional[Outside] = None
 
     def __enter__(self) -> "CpuGuard":
-        self.started, self.busy, self.own = time.perf_counter(), busy_seconds(self.stat), own_seconds()
+        self.started, self.busy, self.own = time.perf_counter(), busy_seconds(self.stat), self.ours()
         return self
 
     def __exit__(self, *exc) -> None:
         busy = busy_seconds(self.stat)
-        used = None if busy is None or self.busy is None else busy - self.busy - (own_seconds() - self.own)
+        used = None if busy is None or self.busy is None else busy - self.busy - (self.ours() - self.own)
         self.outside = Outside(time.perf_counter() - self.started,
                                None if used is None else max(used, 0.0), os.cpu_count() or 1)
 

@@ -82,6 +82,11 @@ def markdown(report: dict) -> str:
 
 
 def slow_label(spec: dict) -> str:
+    compose = spec.get("compose")
+    if compose:  # tools/bench_unequal.py: ranks in containers of unequal CPU
+        cpus = ", ".join(f"{name} {cores:g}" for name, cores in compose["worker_cpus"].items())
+        return (f" ({compose['ranks_per_worker']} ranks in each compose worker, CPU caps in "
+                f"cores: {cpus})")
     slow = spec.get("slow_rank")
     if not slow:
         return ""

@@ -4,8 +4,9 @@
     hvdcls report runs/np1 runs/np2 -o compare.png             # compare.png + compare.md
 
 A run's report has four panels: loss and accuracy per epoch, training images/s per epoch, and
-where training time went (data wait, all-reduce wait, the rest). The comparison puts runs side
-by side in the same four panels and prints a Markdown table. Drawn with matplotlib's Agg
+where training time went (data wait, all-reduce wait, the rest); a run with `training.balance`
+on gets two more, each rank's batch and measured speed over the run (the plan). The comparison
+puts runs side by side in the same four panels and prints a Markdown table. Drawn with matplotlib's Agg
 renderer through `Figure` (no pyplot, no display, no global backend switch).
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ from hvdcls.observe.monitor import Sink
 REPORT_FILE = "report.png"
 RUN_REPORT_TIMELINE_LIMIT = 256 << 20  # larger timelines: `hvdcls report` or `hvdcls timeline`
 FIGURE_INCHES, DPI = (11.0, 7.5), 100
+BALANCED_FIGURE_INCHES = (11.0, 10.5)  # a third row: the balancing plan
 NOT_MEASURED = "all-reduce wait not separable in this backend:\nrun with horovod.timeline=PATH, then hvdcls timeline PATH"
 
 
@@ -87,11 +89,12 @@ def series(run: Run, key: str) -> list[float]:
     return [r[key] if r.get(key) is not None else math.nan for r in run.history]
 
 
-def _new_figure():
+def _new_figure(rows: int = 2):
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=FIGURE_INCHES, dpi=DPI, layout="constrained")
-    return figure, figure.subplots(2, 2)
+    figure = Figure(figsize=FIGURE_INCHES if rows == 2 else BALANCED_FIGURE_INCHES, dpi=DPI,
+                    layout="constrained")
+    return figure, figure.subplots(rows, 2)
 
 
 def _png(figure) -> bytes:
@@ -141,7 +144,9 @@ def draw_time_shares(axis, run: Run) -> None:
 
 
 def render_run(run: Run) -> bytes:
-    figure, ((loss, accuracy), (speed, shares)) = _new_figure()
+    balanced = balance_plans(run)
+    figure, axes = _new_figure(3 if balanced else 2)
+    (loss, accuracy), (speed, shares) = axes[0], axes[1]
     draw_curves((loss, accuracy), run)
     loss.legend()
     accuracy.legend()
@@ -149,10 +154,63 @@ def render_run(run: Run) -> bytes:
     speed.set(title="training images/s (all ranks)", xlabel="epoch")
     draw_time_shares(shares, run)
     whole_epochs(loss, accuracy, speed, shares)
+    if balanced:
+        draw_balance(axes[2], balanced, float(run.history[-1]["epoch"]))
     last = run.history[-1]
     figure.suptitle(f"{run.directory.name}: {run.label}, epoch {last['epoch']}, "
                     f"val accuracy {last['val_accuracy']:.4f}")
     return _png(figure)
+
+
+@dataclass(frozen=True)
+class PlanPoint:
+    """One balancing plan as the report draws it: where it took effect, in epochs from the
+    start (global step / steps per epoch), with its per-rank batches and speeds (or None)."""
+
+    at: float
+    batches: tuple
+    speeds: Optional[tuple]
+
+
+def balance_plans(run: Run) -> list[PlanPoint]:
+    """The run's plans in order; [] without balancing. summary.json's `balance.plans` has each
+    plan with the step it started at (the run has ended); until then metrics.jsonl's
+    `balance_batches` and `balance_speeds` give the plan in force at each epoch's end."""
+    steps = next((r.get("steps") for r in run.history if r.get("steps")), None)
+    plans = (run.summary.get("balance") or {}).get("plans")
+    if plans and steps:
+        return [PlanPoint(p["step"] / steps, tuple(p["batches"]),
+                          tuple(p["speeds"]) if p.get("speeds") else None) for p in plans]
+    return [PlanPoint(float(r["epoch"]), tuple(r["balance_batches"]),
+                      tuple(r["balance_speeds"]) if r.get("balance_speeds") else None)
+            for r in run.history if r.get("balance_batches")]
+
+
+def draw_balance(axes, plans: list[PlanPoint], end: float) -> None:
+    """Per-rank batch (a step line: each plan holds until the next, the last until `end`, in
+    epochs) and the measured speed that chose each plan, over the run."""
+    batch, speed = axes
+    speed.sharex(batch)  # the same run, the same epochs
+    ranks = len(plans[-1].batches)
+    xs = [p.at for p in plans]
+    end = max(end, xs[-1])
+    for rank in range(ranks):
+        values = [p.batches[rank] if rank < len(p.batches) else math.nan for p in plans]
+        batch.step(xs + [end], values + values[-1:], where="post", marker="o", label=f"rank {rank}")
+        measured = [(p.at, p.speeds[rank]) for p in plans if p.speeds and rank < len(p.speeds)]
+        if measured:
+            speed.plot(*zip(*measured), marker="o", label=f"rank {rank}")
+    batch.set(title="balance: per-rank batch (plan in force)", xlabel="epoch", ylabel="images per pass",
+              ylim=(0, None))
+    speed.set(title="balance: measured speed that chose each plan", xlabel="epoch",
+              ylabel="images/s (compute)", ylim=(0, None))
+    if not any(p.speeds for p in plans):
+        speed.text(0.5, 0.5, "no speeds measured (balance=fixed, or not re-planned yet)",
+                   transform=speed.transAxes, ha="center", fontsize=9)
+    for axis in axes:
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize=8, ncol=min(ranks, 4))
+    whole_epochs(*axes)
 
 
 def write_run_report(run_dir: Path, history: list[dict], summary: Optional[dict] = None) -> Path:

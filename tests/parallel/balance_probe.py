@@ -31,7 +31,8 @@ from hvdcls.training.balance import Plan
 SIDE, CLASSES, GLOBAL = 16, 10, 16
 PLANS = [(4, 12), (10, 6)]  # the plan of step 1, then of step 2 (a re-plan in between)
 CASES = {  # name: (overrides, tolerance)
-    "sync_bn": ([], 1e-5),
+    # balance=dynamic: TensorFlow's step notes when backward is done, all-reducing per gradient
+    "sync_bn": (["training.balance=dynamic"], 1e-5),
     # two passes per step, reduced by PowerSGD's warm-up (plain averages of its own)
     "accumulation_powersgd": (["horovod.backward_passes_per_step=2", "horovod.compression=powersgd"], 1e-5),
     "fp16": (["horovod.compression=fp16"], 1e-3),  # float16 on the wire: rounding
@@ -61,8 +62,9 @@ def as_tensors(backend, batches: list) -> list:
     return list(backend.loader(batches, 0))
 
 
-def run_case(backend_name: str, overrides: list, out: Path, name: str) -> tuple[int, float, str]:
-    """(rank, largest weight difference balanced vs whole, digest of the balanced weights)"""
+def run_case(backend_name: str, overrides: list, out: Path, name: str) -> tuple:
+    """(rank, largest weight difference balanced vs whole, digest of the balanced weights, the
+    balanced side's all-reduce wait in its last step: None where not measured)"""
     balanced, ctx = build(backend_name, make_config(overrides, True))
     whole, _ = build(backend_name, make_config(overrides, False))
     initial = out / f"initial-{name}-{ctx.rank}"
@@ -80,7 +82,8 @@ def run_case(backend_name: str, overrides: list, out: Path, name: str) -> tuple[
     ours, theirs = list(balanced.weights().values()), list(whole.weights().values())
     assert len(ours) == len(theirs)
     difference = max(float(np.abs(a - b).max()) for a, b in zip(ours, theirs))
-    return ctx.rank, difference, weights_digest(dict(zip(map(str, range(len(ours))), ours)))
+    return (ctx.rank, difference, weights_digest(dict(zip(map(str, range(len(ours))), ours))),
+            balanced.allreduce_wait_seconds())
 
 
 def count_hooked(backend) -> list:
@@ -128,8 +131,9 @@ def compile_case(backend_name: str, out: Path) -> dict:
 def main(backend_name: str, out: Path) -> None:
     report, rank = {}, 0
     for name, (overrides, tolerance) in CASES.items():
-        rank, difference, digest = run_case(backend_name, overrides, out, name)
-        report[name] = {"difference": difference, "digest": digest, "tolerance": tolerance}
+        rank, difference, digest, wait = run_case(backend_name, overrides, out, name)
+        report[name] = {"difference": difference, "digest": digest, "tolerance": tolerance,
+                        "allreduce_wait": wait}
     report["compile"] = compile_case(backend_name, out)
     (out / f"rank-{rank}.json").write_text(json.dumps(report))
 

@@ -79,6 +79,12 @@ def test_the_guard_counts_what_others_used(tmp_path):
     with guard.CpuGuard(stat) as watch:
         stat.write_text("cpu  400 0 100 1000 0 0 0 0 0 0\n")  # 3 s busy (100 ticks/s), not ours
     assert watch.outside.cpu_seconds == pytest.approx(3.0 * 100 / os.sysconf("SC_CLK_TCK"), abs=0.05)
+    # ranks in containers are no descendants of the bench: their CPU is counted as ours by hand
+    used = iter([5.0, 5.0 + 3.0 * 100 / os.sysconf("SC_CLK_TCK")])
+    stat.write_text("cpu  100 0 100 1000 0 0 0 0 0 0\n")
+    with guard.CpuGuard(stat, ours=lambda: next(used)) as watch:
+        stat.write_text("cpu  400 0 100 1000 0 0 0 0 0 0\n")
+    assert watch.outside.cpu_seconds == pytest.approx(0.0, abs=0.05)
     quiet, loaded = guard.Outside(10.0, 0.1, 2), guard.Outside(10.0, 6.0, 2)
     assert guard.summarise([quiet]) == {"outside_cpu_seconds": 0.1, "outside_cpu_share": 0.005, "busy": False}
     flagged = guard.summarise([quiet, loaded])
@@ -92,3 +98,22 @@ def test_the_table_flags_a_busy_cell_and_shows_the_plan():
     bench.add_ratios([cell])
     row = dict(zip(bench_report.COLUMNS, bench_report.row(cell)))
     assert row["balance"] == "dynamic 21/11" and row["outside CPU"] == "30% !"
+
+
+def test_the_compose_bench_spreads_4_ranks_over_the_unequal_workers_and_says_so():
+    """tools/bench_unequal.py (make bench-unequal): what the launcher runs, and the table's note."""
+    import bench_unequal
+
+    args = bench_unequal.parse(["--cpus-worker2", "0.25"])
+    cell = bench.Cell("hvdcls", "tensorflow", 4, "none", 16, "resnet18", "memory", "dynamic")
+    command = bench_unequal.launch(cell, args)
+    launcher = command.index("launcher")
+    assert command[launcher + 1:launcher + 9] == ["horovodrun", "--gloo", "-np", "4", "-H",
+                                                   "worker1:2,worker2:2", "-p", "12345"]
+    assert "HOROVOD_FUSION_THRESHOLD=33554432" in command and "OMP_NUM_THREADS=1" in command
+    assert command[launcher + 9:launcher + 13] == ["--network-interfaces", "eth0", "--start-timeout", "300"]
+    flags = dict(zip(command[launcher + 16::2], command[launcher + 17::2]))
+    assert flags["--balance"] == "dynamic" and flags["--backend"] == "tensorflow"
+    assert flags["--out"].startswith("/shared/")  # rank 0 writes where the launcher reads
+    label = bench_report.slow_label(bench_unequal.spec(args))
+    assert label == " (2 ranks in each compose worker, CPU caps in cores: worker1 1, worker2 0.25)"

@@ -79,3 +79,49 @@ def test_user_errors(tmp_path, capsys):
     assert main(["report", str(run), "-o", str(tmp_path / "table.md")]) == 2
     assert capsys.readouterr().err.startswith("hvdcls: error: --output")
     assert main(["report", str(tmp_path / "missing")]) == 2
+
+
+def balanced_run(directory, plans_in_summary):
+    """A 3-epoch run of 10 steps per epoch under balance=dynamic: equal 16/16 at first, 24/8
+    from step 6, 22/10 from step 14 (what metrics.jsonl holds at each epoch's end, and
+    summary.json's plans with the steps they started at)."""
+    plans = [{"step": 0, "batches": [16, 16], "speeds": None},
+             {"step": 6, "batches": [24, 8], "speeds": [300.0, 100.0]},
+             {"step": 14, "batches": [22, 10], "speeds": [280.0, 130.0]}]
+    make_run(directory, "torch", summary=False)
+    at_end = [plans[1], plans[2], plans[2]]
+    records = [{**epoch(n), "balance_batches": p["batches"], "balance_speeds": p["speeds"]}
+               for n, p in zip((1, 2, 3), at_end)]
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if plans_in_summary:
+        (directory / "summary.json").write_text(json.dumps(
+            {"backend": "torch", "world_size": 2, "balance": {"mode": "dynamic", "plans": plans}}))
+    return report.load_run(directory)
+
+
+def drawn_lines(axis):
+    return {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in axis.get_lines()}
+
+
+def test_the_balancing_plan_is_drawn_per_rank(tmp_path):
+    """Balanced runs get a third row: each rank's batch (a step line) and measured speed, from
+    summary.json's plans once the run has ended, from metrics.jsonl's epoch ends before."""
+    from matplotlib.figure import Figure
+
+    ended = balanced_run(tmp_path / "ended", plans_in_summary=True)
+    running = balanced_run(tmp_path / "running", plans_in_summary=False)
+    plain = report.load_run(make_run(tmp_path / "off", "torch"))
+    assert report.balance_plans(plain) == []
+    assert [(p.at, p.batches, p.speeds) for p in report.balance_plans(ended)] == [
+        (0.0, (16, 16), None), (0.6, (24, 8), (300.0, 100.0)), (1.4, (22, 10), (280.0, 130.0))]
+    assert [p.at for p in report.balance_plans(running)] == [1.0, 2.0, 3.0]
+
+    batch, speed = Figure().subplots(1, 2)
+    report.draw_balance((batch, speed), report.balance_plans(ended), end=3.0)
+    batches, speeds = drawn_lines(batch), drawn_lines(speed)
+    # each plan holds until the next one, the last to the end of the run
+    assert batches["rank 0"] == ([0.0, 0.6, 1.4, 3.0], [16, 24, 22, 22])
+    assert batches["rank 1"] == ([0.0, 0.6, 1.4, 3.0], [16, 8, 10, 10])
+    assert speeds["rank 1"] == ([0.6, 1.4], [100.0, 130.0])  # the equal start was not measured
+
+    assert png_size(report.render_run(running)) == (1100, 1050)  # a third row (plain: 1100 x 750)
