@@ -101,8 +101,10 @@ class Progress(Sink):
         return info.steps_per_epoch - sample.step - 1 + epochs_after * info.steps_per_epoch, epochs_after
 
     def step(self, sample: StepSample) -> None:
-        if sample.step == 0:
-            self._start_epoch(sample.epoch)
+        # A display made mid-epoch (a process that became rank 0 after an elastic reset) paces
+        # from its first step.
+        if sample.step == 0 or self.pace.epoch_started is None:
+            self._start_epoch(sample.epoch, sample.step)
         self.pace.step(sample.images)
         self.loss = sample.loss if sample.loss is not None else self.loss
         if self.mode == "bar":
@@ -110,12 +112,13 @@ class Progress(Sink):
         elif self.mode == "lines" and (sample.step + 1) % self.log_every == 0:
             print(self._status(sample, with_step=True), file=self.stream, flush=True)
 
-    def _start_epoch(self, epoch: int) -> None:
+    def _start_epoch(self, epoch: int, first_step: int = 0) -> None:
         self.pace.start_epoch()
         if self.mode == "bar":
             from tqdm import tqdm
 
-            self.bar = tqdm(total=self.info.steps_per_epoch, desc=f"epoch {epoch + 1}/{self.info.epochs}",
+            self.bar = tqdm(total=self.info.steps_per_epoch, initial=first_step,
+                            desc=f"epoch {epoch + 1}/{self.info.epochs}",
                             unit="step", file=self.stream, dynamic_ncols=True, leave=False)
 
     def _status(self, sample: StepSample, with_step: bool) -> str:

@@ -71,6 +71,25 @@ def test_lines_every_log_every_steps_then_the_epoch():
     assert lines[3] == "checkpoint somewhere" and len(lines) == 4
 
 
+@pytest.mark.parametrize("mode", ["lines", "bar"])
+def test_a_display_made_mid_epoch_paces_from_its_first_step(mode):
+    """A process that became rank 0 after an elastic reset makes its display mid-epoch: its
+    first step is not step 0, and it must neither fail nor count time it did not see."""
+    out = Terminal() if mode == "bar" else io.StringIO()
+    progress = Progress(mode, log_every=1, stream=out)
+    progress.start(INFO)
+    for step in (2, 3):
+        progress.step(sample(step))
+    assert progress.pace.steps_done == 2
+    progress.epoch(RECORD, [RECORD])
+    progress.close()
+    text = out.getvalue()
+    assert "epoch 1/2" in text and "epoch 1: train loss 1.0000" in text
+    if mode == "lines":
+        assert [line.split(" loss")[0] for line in text.splitlines()[:2]] == ["epoch 1/2 step 3/4",
+                                                                           "epoch 1/2 step 4/4"]
+
+
 def test_quiet_prints_nothing():
     out = io.StringIO()
     drive(Progress("quiet", log_every=1, stream=out))
