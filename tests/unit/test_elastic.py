@@ -218,6 +218,9 @@ def test_balanced_elastic_attempt_replans_for_its_world_and_reads_the_rest_of_th
                                watchdog=None).train_rest_of_epoch(state, trainer)
         states.append(state)
         backends.append(backend)
+    summary = elastic.balance_summary(trainer, state)  # the state's plans: every world's
+    assert summary["plans"] == state.balance_plans and summary["batches"] == [11, 5]
+    assert summary["plans"][0]["batches"] == [8, 8, 8] and summary["mode"] == "dynamic"
     first, second = states
     same = ("consumed", "global_step", "epoch_steps", "commits", "balance_plans")
     assert [getattr(first, k) for k in same] == [getattr(second, k) for k in same]
