@@ -193,6 +193,6 @@ def _validate_balancing(config: Config) -> None:
     if config.horovod.op == "adasum":  # Adasum does not average: sample weights do not apply
         raise UserError(f"config training.balance={mode} weights gradients by samples, which "
                         "horovod.op=adasum does not average: use horovod.op=average")
-    if config.training.elastic:
-        raise UserError(f"config training.balance={mode} with training.elastic=true is not "
-                        "supported yet: use one or the other")
+    if mode == "fixed" and config.training.elastic:  # one share per rank, of a world that changes
+        raise UserError("config training.balance=fixed with training.elastic=true: the shares are "
+                        "one per rank and an elastic world changes size; use training.balance=dynamic")

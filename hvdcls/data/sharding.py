@@ -132,6 +132,20 @@ class ElasticShards:
         mine = rest[:used][self.rank::self.world_size]
         return [mine[i:i + self.batch_size] for i in range(0, len(mine), self.batch_size)]
 
+    def balanced_batches(self, epoch: int, consumed: int, batches: tuple) -> list[np.ndarray]:
+        """This rank's micro-batches for the rest of `epoch` after `consumed` samples under a
+        plan (training.balance: per-rank sizes summing to the global batch per pass). Each
+        pass takes the next global batch of the permutation, as round-robin dealing does, cut
+        at the plan's offsets (BalancedShards' rule): the steps consumed stay a prefix of the
+        permutation, so a plan or a world may change at any step boundary."""
+        total = self.batch_size * self.world_size
+        if len(batches) != self.world_size or sum(batches) != total:
+            raise ValueError(f"plan {batches} does not split {total} over {self.world_size} ranks")
+        rest = epoch_permutation(self.num_samples, self.seed, epoch)[consumed:]
+        used = self.remaining_steps(consumed) * self.per_step
+        offset, size = sum(batches[:self.rank]), batches[self.rank]
+        return [rest[start:start + size] for start in range(offset, used, total)]
+
 
 def eval_indices(num_samples: int, world_size: int, rank: int) -> np.ndarray:
     return np.arange(rank, num_samples, world_size)

@@ -190,10 +190,11 @@ class Plan:
         return {"step": self.step, "batches": list(self.batches), "speeds": speeds}
 
 
-def initial_plan(config: Settings, ranks: int) -> Plan:
+def initial_plan(config: Settings, ranks: int, step: int = 0) -> Plan:
+    """Before any measurement (a run's start, a resume, an elastic reset): the shares, or equal."""
     if config.mode == "fixed":
-        return Plan(tuple(plan(config.shares, config.bounds)))
-    return Plan(tuple(plan([1.0] * ranks, config.bounds)))
+        return Plan(tuple(plan(config.shares, config.bounds)), step)
+    return Plan(tuple(plan([1.0] * ranks, config.bounds)), step)
 
 
 @dataclass
@@ -284,8 +285,10 @@ class Rebalancer:
     this rank's compute after each step and, when an exchange is due (the same step on every
     rank), gather every rank's and maybe adopt a new plan."""
 
-    def __init__(self, config: Settings, ranks: int, rank: int):
-        self.balancer, self.rank = Balancer(config, ranks), rank
+    def __init__(self, config: Settings, ranks: int, rank: int, start_step: int = 0):
+        """`start_step`: the global step the first plan applies from (elastic: the reset's)."""
+        self.balancer = Balancer(config, ranks, initial_plan(config, ranks, start_step))
+        self.rank = rank
         self.meter = SpeedMeter(config.every)
 
     @property

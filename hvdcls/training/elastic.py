@@ -8,7 +8,10 @@ optimizer and the progress below; it is committed every training.commit_every st
 every epoch end. When a worker dies, the survivors roll back to the last commit; when hosts
 come or go, every worker re-synchronises from rank 0. Either way the attempt below starts
 again with the new world: the rest of the epoch's permutation is dealt over it (see
-hvdcls.data.sharding.ElasticShards) and the learning rate is scaled for its size.
+hvdcls.data.sharding.ElasticShards) and the learning rate is scaled for its size. Under
+training.balance=dynamic each attempt plans afresh from equal batches for its world, with a
+new speed meter (ranks may be renumbered, replaced or new: no earlier measurement is theirs),
+and the plans in force are kept in the state, for summary.json (docs/balancing.md).
 
 The steps and the epoch's end are the plain run's (hvdcls.training.loop.Trainer.run_steps and
 end_epoch); what elastic adds around each step, `Commits`, is passed to that loop as its hook.
@@ -39,7 +42,7 @@ def initial_progress(start_epoch: int, history: list[EpochRecord]) -> dict:
     """What the elastic state carries besides model and optimizer (rank 0's wins on sync)."""
     return {"epoch": start_epoch, "consumed": 0, "global_step": 0, "epoch_steps": 0,
             "train_sums": [0.0, 0.0, 0.0], "train_seconds": 0.0, "lr": 0.0,
-            "history": list(history)}
+            "history": list(history), "balance_plans": []}
 
 
 def attempt_seed(seed: int, epoch: int, rank: int, consumed: int) -> int:
@@ -102,6 +105,9 @@ class Commits(StepHook):
         self.state, self.backend, self.rank, self.per_step = state, backend, rank, per_step
         self.commit_every, self.recoveries, self.phases = commit_every, recoveries, phases or Phases()
         self.hooks = hooks or StepHooks(rank)  # the test kill hook (the trainer's, read once)
+        # Steps since the last commit: counted here, not from the tally, which a re-plan's
+        # new stretch of steps starts afresh (training.balance) while the commit clock runs on.
+        self.uncommitted = 0
 
     def before_step(self, step: int) -> None:
         self.recoveries.step_started()
@@ -109,9 +115,11 @@ class Commits(StepHook):
     def after_step(self, tally: Tally) -> None:
         self.recoveries.step_done()
         self.hooks.kill_point(self.state.global_step + tally.steps)  # inert outside tests
-        if tally.steps == self.commit_every:
+        self.uncommitted += 1
+        if self.uncommitted == self.commit_every:
             self.phases.enter(COMMITTING)
             self.fold(tally)
+            self.uncommitted = 0
             self.state.commit()  # Horovod: a snapshot to roll back to; raises on host changes
             tally.restart()
 
@@ -207,11 +215,12 @@ class ElasticTrainer:
         if self.stop_writer is not None:  # a stall's summary.json comes from this world's rank 0
             self.watchdog.last_record = self.stop_writer(outputs, ctx)
         trainer = Trainer(self.config, self.backend, ctx, self.data, outputs, self.monitor,
-                          self.watchdog.phases)
+                          self.watchdog.phases, start_step=state.global_step)
         if self.recoveries.attempts > 1:
             outputs.say(f"elastic: {ctx.size} worker(s), resuming epoch {state.epoch + 1} after "
                         f"{state.consumed} of its samples (global step {state.global_step})")
         trainer.begin(state.epoch, state.history)
+        record_plan(state, trainer)
         while state.epoch < self.config.training.epochs:
             times = self.train_rest_of_epoch(state, trainer)
             self.finish_epoch(state, trainer, times)
@@ -224,23 +233,31 @@ class ElasticTrainer:
 
     def train_rest_of_epoch(self, state, trainer: Trainer) -> EpochTimes:
         """The epoch's steps from the state's point on, dealt over this world; the last ones
-        since a commit are folded into the state, left for the epoch's end to commit."""
+        since a commit are folded into the state, left for the epoch's end to commit. Under
+        training.balance, one stretch of steps per plan in force: a new plan (at the same step
+        boundary on every rank) cuts the rest of the epoch anew from the samples consumed."""
         ctx, epoch = trainer.ctx, state.epoch
         shards = self.shards(ctx)
         self.backend.seed(attempt_seed(self.config.training.seed, epoch, ctx.rank, state.consumed))
-        batches = trainer.epoch_batches(epoch, shards.batches(epoch, state.consumed))
-        first = int(state.consumed / shards.per_step)  # this world's steps already done this epoch
-        position = schedule_position(epoch, state.consumed, shards)
         lr_at = world_schedule(self.config, shards)
         commits = Commits(state, self.backend, ctx.rank, shards.per_step,
                           self.config.training.commit_every, self.recoveries, trainer.phases,
                           trainer.faults)
         times = EpochTimes()  # no bytes per step: an attempt sees only part of the epoch
-        tally = trainer.run_steps(epoch, batches, first, lambda i: lr_at(position + i), times,
-                                  commits)
-        if tally.steps:
-            commits.fold(tally)
-        return times
+        while True:
+            consumed = state.consumed
+            first = int(consumed / shards.per_step)  # this world's steps already done this epoch
+            position = schedule_position(epoch, consumed, shards)
+            trainer.step_origin = state.global_step - first
+            batches = trainer.epoch_batches(epoch, rest_of_epoch(shards, trainer, epoch, consumed))
+            tally = trainer.run_steps(epoch, batches, first, lambda i, at=position: lr_at(at + i),
+                                      times, commits)
+            if tally.steps:
+                commits.fold(tally)
+            record_plan(state, trainer)
+            if trainer.rebalancer is None or state.consumed == consumed or \
+                    not shards.remaining_steps(state.consumed):
+                return times
 
     def finish_epoch(self, state, trainer: Trainer, times: EpochTimes) -> None:
         """Evaluate and record the epoch, then start the next one in the state and commit."""
@@ -252,6 +269,31 @@ class ElasticTrainer:
         state.train_sums, state.train_seconds = [0.0, 0.0, 0.0], 0.0
         trainer.phases.enter(COMMITTING)
         state.commit()
+
+
+def rest_of_epoch(shards: ElasticShards, trainer: Trainer, epoch: int, consumed: int) -> list:
+    """This rank's micro-batches for the rest of the epoch: dealt round-robin, or cut at the
+    offsets of the trainer's plan in force (training.balance)."""
+    if trainer.rebalancer is None:
+        return shards.batches(epoch, consumed)
+    return shards.balanced_batches(epoch, consumed, trainer.rebalancer.plan.batches)
+
+
+def record_plan(state, trainer: Trainer) -> None:
+    """The trainer's plan in force, appended to the state's plans unless it is the last one
+    there: committed with the steps it served, rolled back with them."""
+    if trainer.rebalancer is None:
+        return
+    plan = trainer.rebalancer.plan.as_dict()
+    if not state.balance_plans or state.balance_plans[-1] != plan:
+        state.balance_plans = state.balance_plans + [plan]  # a new list: the snapshot keeps the old
+
+
+def balance_summary(trainer: Trainer, state) -> Optional[dict]:
+    """summary.json's `balance`: the last attempt's plan and speeds, every world's plans."""
+    if trainer.rebalancer is None:
+        return None
+    return {**trainer.rebalancer.balancer.summary(), "plans": list(state.balance_plans)}
 
 
 def run(config: Config, backend: Backend, data: Data, run_dir: Path, monitor: Monitor,

@@ -159,7 +159,8 @@ class Trainer:
 
     def __init__(self, config: Config, backend: Backend, ctx: Context, data: Data,
                  outputs: RunOutputs, monitor: Optional[Monitor] = None,
-                 phases: Optional[Phases] = None):
+                 phases: Optional[Phases] = None, start_step: int = 0):
+        """`start_step`: the global step this trainer starts at (elastic: an attempt's)."""
         self.config, self.backend, self.ctx, self.data, self.outputs = config, backend, ctx, data, outputs
         self.monitor = monitor or Monitor([])
         # Where this rank is, for its watchdog (hvdcls.training.watchdog); inert without one.
@@ -173,7 +174,11 @@ class Trainer:
                              self.passes, config.training.seed)
         # training.balance: the plan in force, re-planned from measured compute when dynamic
         self.rebalancer = (None if balancing.mode == "off"
-                           else balance.Rebalancer(balancing, ctx.size, ctx.rank))
+                           else balance.Rebalancer(balancing, ctx.size, ctx.rank, start_step))
+        # The global step of the epoch's step 0, which numbers the steps a new plan starts
+        # at; an elastic attempt sets it, as its world's steps since the epoch began are not
+        # the run's.
+        self.step_origin = 0
         self.lr_at = schedule.build(config.optimizer, config.schedule, world_size=ctx.size,
                                     backward_passes=self.passes,
                                     steps_per_epoch=self.shards.steps_per_epoch,
@@ -217,6 +222,7 @@ class Trainer:
         steps = self.shards.steps_per_epoch
         times = EpochTimes(sent_before=sent_bytes(self.backend))
         lr_at = lambda i: self.lr_at(epoch * steps + i)  # noqa: E731
+        self.step_origin = epoch * steps
         if self.rebalancer is None:
             batches = self.epoch_batches(epoch, self.shards.batches(epoch))
             tally = self.run_steps(epoch, batches, 0, lr_at, times)
@@ -249,7 +255,7 @@ class Trainer:
         new = self.rebalancer.after_step(
             self.passes, sample.seconds, sample.allreduce,
             lambda mine: self.backend.allgather_object(mine, "balance.speeds"),
-            epoch * self.shards.steps_per_epoch + sample.step + 1)
+            self.step_origin + sample.step + 1)
         if new is None:
             return False
         self.monitor.note(balance.describe(new, self.ctx.size))

@@ -268,7 +268,10 @@ class ElasticRun(RunKind):
                                                  outputs.run_dir, monitor, start_epoch, history, dog,
                                                  make_sinks=sinks,
                                                  stop_writer=lambda out, c: stop_writer(job, c, out))
-        return Ended(trainer.ctx, trainer.outputs, state.history, {"elastic": recoveries})
+        extra = {"elastic": recoveries}
+        if trainer.rebalancer is not None:  # every world's plans, from the state
+            extra["balance"] = elastic.balance_summary(trainer, state)
+        return Ended(trainer.ctx, trainer.outputs, state.history, extra)
 
     def details(self, summary: dict) -> str:
         recoveries = summary["elastic"]

@@ -143,7 +143,11 @@ def check_watchers_followed_rank_zero(output: str, port: int) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_host_added_by_discovery_is_used(backend, tmp_path):
-    job, out, hosts_file = start(tmp_path, backend, 1, 1, "localhost:1\n", epochs=2)
+    """Also training.balance=dynamic under elastic: the world of 2 plans afresh, and its
+    rank 1 (the new worker) computes 3x slower (the HVDCLS_TEST_SLOW hook), so it re-plans."""
+    job, out, hosts_file = start(tmp_path, backend, 1, 1, "localhost:1\n",
+                                 "training.balance=dynamic", "training.balancing.every=2",
+                                 env={faults.SLOW: "1:3"}, epochs=2)
     deadline = time.monotonic() + 300
     while not (out / "metrics.jsonl").exists() and job.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -162,6 +166,18 @@ def test_host_added_by_discovery_is_used(backend, tmp_path):
     assert summary["elastic"]["steps_lost"] == 0  # growing rolls nothing back
     assert len(set(summary["rank_weight_digests"])) == 1
     check_epochs_read_each_sample_at_most_once(out)
+    check_replanned_for_the_new_world(summary, metrics)
+
+
+def check_replanned_for_the_new_world(summary: dict, metrics: list[dict]) -> None:
+    """One worker's plan, equal batches for the world of 2 from the step it resumed at, then
+    more for rank 0 than the slow rank 1; every plan splits the world's global batch."""
+    plans, grown = summary["balance"]["plans"], summary["elastic"]["recoveries"][0]
+    assert plans[0] == {"step": 0, "batches": [32], "speeds": None}, plans
+    assert plans[1]["step"] == grown["resumed_at_step"] and plans[1]["batches"] == [32, 32], plans
+    assert len(plans) >= 3 and plans[-1]["batches"][0] > plans[-1]["batches"][1], plans
+    assert all(sum(p["batches"]) == 32 * len(p["batches"]) for p in plans)
+    assert summary["balance"]["batches"] == plans[-1]["batches"] == metrics[-1]["balance_batches"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -163,7 +163,8 @@ def load(*overrides):
     (["training.balance=dynamic", "training.balancing.min_batch=8", "training.balancing.max_batch=4"],
      "must be >= training.balancing.min_batch"),
     (["training.balance=dynamic", "horovod.op=adasum"], "horovod.op=average"),
-    (["training.balance=dynamic", "training.elastic=true"], "not supported yet"),
+    (["training.balance=fixed", "training.balancing.shares=[2,1]", "training.elastic=true"],
+     "the shares are one per rank and an elastic world changes size"),
     (["training.balance=dynamic", "training.balancing.smoothing=0"], "(0, 1]"),
     (["training.balance=sometimes"], "choose one of off, dynamic, fixed"),
 ])
@@ -171,6 +172,11 @@ def test_bad_balancing_config_is_one_line(overrides, words):
     with pytest.raises(UserError) as err:
         load(*overrides)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_dynamic_balancing_is_accepted_with_elastic_training():
+    config = load("training.balance=dynamic", "training.elastic=true")
+    assert (config.training.balance, config.training.elastic) == ("dynamic", True)
 
 
 def test_shares_of_the_wrong_length_and_bounds_that_cannot_hold_the_batch_need_the_world():

@@ -1,5 +1,6 @@
 """hvdcls.training.elastic's framework-free parts: progress, seeds, the kill hook, recovery accounting."""
 import signal
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -8,6 +9,7 @@ from hvdcls.backend import Context
 from hvdcls.errors import UserError
 from hvdcls.observe.monitor import Monitor, Sink
 from hvdcls.training import elastic, faults
+from tests.unit.test_balance import SlowRankBackend
 
 
 def test_initial_progress_starts_an_epoch_and_copies_history():
@@ -164,3 +166,72 @@ def test_a_new_rank_zero_waits_for_the_port_then_goes_on_without_it():
     busy_for[0] = 100
     watchers.follow(Context("torch", 0, 1, 0, 1, "gloo", "cpu", 1))
     assert watchers.monitor.sinks == ["progress"] and "without the metrics endpoint" in lines[-2]
+
+
+class HalfSpeedLastRank(SlowRankBackend):
+    """One rank's view of a world whose last rank computes at half the speed of the others:
+    every exchange gathers the same numbers on every rank (on which the plan depends)."""
+
+    def __init__(self, ranks: int):
+        super().__init__()
+        self.ranks = ranks
+
+    def seed(self, value):
+        pass
+
+    def allreduce_sum(self, values, name):
+        return list(values)
+
+    def allgather_object(self, mine, name):
+        return [(100, 1.0)] * (self.ranks - 1) + [(100, 2.0)]
+
+
+def test_balanced_elastic_attempt_replans_for_its_world_and_reads_the_rest_of_the_epoch_once():
+    """training.balance=dynamic after a reset: 3 ranks trained 2 steps of the epoch (48
+    samples) and committed; the new world of 2 starts from equal batches, re-plans for its
+    slow rank mid-epoch and trains the rest. Both ranks end with the same state and plans,
+    read every remaining sample once together, and commit every 3 steps across the re-plan."""
+    import copy
+    from pathlib import Path
+
+    from hvdcls import config as cfg
+    from hvdcls.data.sharding import epoch_permutation
+    from hvdcls.training.loop import Trainer
+    from hvdcls.training.outputs import RunOutputs
+
+    config = cfg.load(overrides=["training.balance=dynamic", "training.batch_size=8",
+                                 "training.balancing.every=2", "training.commit_every=3"])
+    data = SimpleNamespace(train=list(range(200)), val=[], name="fake", num_classes=10,
+                           augment={"preset": "none"})
+    before = FakeState()
+    before.consumed, before.global_step, before.epoch_steps = 48, 2, 2
+    before.balance_plans = [{"step": 0, "batches": [8, 8, 8], "speeds": None}]
+    states, backends = [], []
+    for rank in (0, 1):
+        state, backend = copy.deepcopy(before), HalfSpeedLastRank(2)
+        ctx = Context("torch", rank, 2, rank, 2, "gloo", "cpu", 1)
+        trainer = Trainer(config, backend, ctx, data, RunOutputs("unused", enabled=False),
+                          Monitor([]), start_step=state.global_step)
+        trainer.epoch_batches = lambda epoch, indices: indices  # the loader gets the indices
+        elastic.record_plan(state, trainer)  # what an attempt does once it has begun
+        elastic.ElasticTrainer(config, backend, data, Path("unused"), Monitor([]),
+                               watchdog=None).train_rest_of_epoch(state, trainer)
+        states.append(state)
+        backends.append(backend)
+    summary = elastic.balance_summary(trainer, state)  # the state's plans: every world's
+    assert summary["plans"] == state.balance_plans and summary["batches"] == [11, 5]
+    assert summary["plans"][0]["batches"] == [8, 8, 8] and summary["mode"] == "dynamic"
+    first, second = states
+    same = ("consumed", "global_step", "epoch_steps", "commits", "balance_plans")
+    assert [getattr(first, k) for k in same] == [getattr(second, k) for k in same]
+    assert first.train_sums[2] + second.train_sums[2] == 9 * 16  # samples (the fake sums no ranks)
+    plans = first.balance_plans
+    assert plans[1] == {"step": 2, "batches": [8, 8], "speeds": None}  # equal for the new world
+    assert plans[2]["step"] == 7 and plans[2]["batches"] == [11, 5] and len(plans) == 3, plans
+    assert (first.consumed, first.global_step, first.epoch_steps) == (48 + 9 * 16, 11, 11)
+    assert first.commits == 3  # steps 3, 6, 9 of the attempt: the re-plan did not reset the clock
+    read = Counter(int(i) for backend in backends for micro in backend.read for b in micro for i in b)
+    order = epoch_permutation(200, config.training.seed, 0)
+    assert max(read.values()) == 1 and sorted(read) == sorted(order[48:first.consumed].tolist())
+    assert [len(m[0]) for m in backends[0].read] == [8] * 5 + [11] * 4
+    assert backends[0].weights[-1] == pytest.approx(2 * 11 / 16)

@@ -187,3 +187,42 @@ def test_elastic_consumed_samples_are_the_permutations_prefix():
 def test_elastic_steps_per_epoch_drop_no_padding():
     assert ElasticShards(1437, 2, 0, 32).steps_per_epoch == 22  # 1437 // 64, no wrap-around
     assert ElasticShards(1437, 2, 0, 32).remaining_steps(64 * 20) == 2
+
+
+def random_plan(rng: np.random.Generator, world: int, batch: int) -> tuple:
+    """Per-rank sizes >= 1 summing to batch x world (training.balance's plans)."""
+    cuts = np.sort(rng.choice(np.arange(1, batch * world), size=world - 1, replace=False))
+    return tuple(int(b) for b in np.diff([0, *cuts, batch * world]))
+
+
+@pytest.mark.parametrize("n, batch, passes, worlds, steps", ELASTIC_CASES)
+@pytest.mark.parametrize("plan_seed", [0, 1, 2])
+def test_balanced_elastic_epoch_reads_each_sample_once_for_any_plan_and_world(
+        n, batch, passes, worlds, steps, plan_seed):
+    """training.balance under elastic: each world trains its steps under random plans that
+    change at random step boundaries, then the next world cuts the rest anew. Every rank runs
+    the same steps, each step's global batch is the permutation's next slice, cut at the
+    plan's offsets: what the worlds consumed is exactly the permutation's prefix, once each."""
+    rng, consumed, seen = np.random.default_rng(plan_seed), 0, Counter()
+    order = epoch_permutation(n, 3, 5)
+    for world, count in zip(worlds, [*steps, None]):
+        shards = [ElasticShards(n, world, rank, batch, passes, seed=3) for rank in range(world)]
+        left = shards[0].remaining_steps(consumed) if count is None else count
+        while left:
+            plan = random_plan(rng, world, batch) if world > 1 else (batch,)
+            per_rank = [s.balanced_batches(5, consumed, plan) for s in shards]
+            assert {len(b) for b in per_rank} == {shards[0].remaining_steps(consumed) * passes}
+            run = int(rng.integers(1, left + 1))  # steps until the next re-plan (or reset)
+            for rank, batches in enumerate(per_rank):
+                assert all(len(b) == plan[rank] for b in batches)
+                seen.update(int(i) for b in batches[:run * passes] for i in b)
+            consumed += run * shards[0].per_step
+            left -= run
+    assert max(seen.values()) == 1
+    assert sorted(seen) == sorted(order[:consumed].tolist())  # a prefix, nothing skipped
+    assert n - consumed < batch * passes * worlds[-1]
+
+
+def test_balanced_elastic_batches_refuse_a_plan_of_another_world():
+    with pytest.raises(ValueError):
+        ElasticShards(100, 2, 0, 8).balanced_batches(0, 0, (6, 5, 5))
