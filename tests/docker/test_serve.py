@@ -59,7 +59,8 @@ def test_jobs_and_status_show_what_happened(workload):
     assert sorted(rows) == ["1", "2"], workload["jobs"]["stdout"]
     assert rows["1"][1:5] == ["J", "succeeded", "torch", "4"], rows["1"]
     assert rows["2"][1:5] == ["Q", "cancelled", "torch", "4"], rows["2"]
-    status = dict(line.split(": ", 1) for line in workload["status"]["stdout"].splitlines() if ": " in line)
+    status = {label.strip(): value for label, value in (line.split(": ", 1) for line in
+                                                       workload["status"]["stdout"].splitlines() if ": " in line)}
     assert status["state"] == "succeeded" and status["exit status"] == "0", status
     q = workload["Q"]
     assert q["state"] == "cancelled" and q["started_at"] is None, q  # cancelled before it ever ran
