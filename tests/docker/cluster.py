@@ -90,6 +90,15 @@ class Cluster:
             if not services or "service" in services:
                 self.launcher("hvdcls-container", "wait-service", timeout=180)
 
+    def start(self, *services: str) -> None:
+        """More services of this running project (what they depend on is up already)."""
+        self.compose("up", "--detach", *services)
+        if "service" in services:
+            self.launcher("hvdcls-container", "wait-service", timeout=180)
+
+    def stop(self, *services: str) -> None:
+        self.compose("stop", "--timeout", "5", *services, check=False)
+
     def down(self) -> None:
         """Containers, the network and the volumes (the SSH key with them)."""
         self.compose("down", "--volumes", "--remove-orphans", "--timeout", "5", check=False)

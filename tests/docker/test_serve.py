@@ -1,9 +1,10 @@
 """`hvdcls serve` in the compose cluster (docker/compose.yaml): the `service` container runs the
 host-list executor over worker1:2,worker2:2, and the `prometheus` container (Debian's package)
-scrapes it and the jobs' rank 0. One workload (tests/docker/serve_workload.py), run inside the
-service container on the session's cluster, then read by the tests: a torch job of 4 ranks
-across both workers through `hvdcls submit`, a second one queued behind it and cancelled,
-refusals at submit, and what Prometheus scraped meanwhile.
+scrapes it and the jobs' rank 0. Both are started on the session's cluster for this module and
+stopped after it. One workload (tests/docker/serve_workload.py), run inside the service
+container, then read by the tests: a torch job of 4 ranks across both workers through `hvdcls
+submit`, a second one queued behind it and cancelled, refusals at submit, and what Prometheus
+scraped meanwhile.
 """
 import json
 from pathlib import Path
@@ -18,9 +19,14 @@ NP = 4
 
 @pytest.fixture(scope="module")
 def workload(cluster):
-    done = cluster.python("service", Path(__file__).with_name("serve_workload.py"), timeout=1200)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:] + cluster.compose(
-        "logs", "--tail", "30", "service", "prometheus", check=False).stdout[-4000:]
+    # Started here, stopped after: the service's loop and Prometheus's scrapes cost CPU even idle.
+    cluster.start("service", "prometheus")
+    try:
+        done = cluster.python("service", Path(__file__).with_name("serve_workload.py"), timeout=1200)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:] + cluster.compose(
+            "logs", "--tail", "30", "service", "prometheus", check=False).stdout[-4000:]
+    finally:
+        cluster.stop("service", "prometheus")
     found = json.loads(done.stdout.splitlines()[-1])
     print(f"service workload: {found['seconds']:.0f} s")
     return found
