@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-STATE = Path(os.environ.get("HVDCLS_STATE_DIR", "/shared/serve"))
+SERVICE = "http://127.0.0.1:8470"  # reading needs no token
 PROMETHEUS = "http://prometheus:9090"
 TIMEOUT = float(os.environ.get("WORKLOAD_TIMEOUT", "900"))
 JOB = ["training.epochs=3", "schedule.warmup_epochs=0", "training.log_every=1",
@@ -78,6 +78,8 @@ def main() -> None:
     job, queued = (int(out[k]["stdout"].split()[1]) for k in ("job", "queued"))
 
     def while_running():
+        state = httpx.get(f"{SERVICE}/jobs/{job}").json()
+        assert state["state"] in ("queued", "running"), state  # J ended before Prometheus saw it run
         answers = scraped(prometheus, SERVICE_SERIES)
         seen = (value(answers, "hvdcls_serve_queue_length"), value(answers, "hvdcls_serve_slots_in_use"),
                 value(answers, "hvdcls_serve_jobs", state="running"))

@@ -25,9 +25,11 @@ def workload(cluster):
         done = cluster.python("service", Path(__file__).with_name("serve_workload.py"), timeout=1200)
         assert done.returncode == 0, (done.stdout + done.stderr)[-4000:] + cluster.compose(
             "logs", "--tail", "30", "service", "prometheus", check=False).stdout[-4000:]
+        from_launcher = cluster.launcher("hvdcls", "jobs", timeout=60, check=False)  # $HVDCLS_SERVE_URL
     finally:
         cluster.stop("service", "prometheus")
     found = json.loads(done.stdout.splitlines()[-1])
+    found["jobs from the launcher"] = from_launcher.returncode, from_launcher.stdout
     print(f"service workload: {found['seconds']:.0f} s")
     return found
 
@@ -65,6 +67,7 @@ def test_jobs_and_status_show_what_happened(workload):
     assert sorted(rows) == ["1", "2"], workload["jobs"]["stdout"]
     assert rows["1"][1:5] == ["J", "succeeded", "torch", "4"], rows["1"]
     assert rows["2"][1:5] == ["Q", "cancelled", "torch", "4"], rows["2"]
+    assert workload["jobs from the launcher"] == (0, workload["jobs"]["stdout"]), workload["jobs from the launcher"]
     status = {label.strip(): value for label, value in (line.split(": ", 1) for line in
                                                        workload["status"]["stdout"].splitlines() if ": " in line)}
     assert status["state"] == "succeeded" and status["exit status"] == "0", status
