@@ -10,10 +10,12 @@ PROJECT ?= hvdcls
 # The Slurm cluster in compose (docker/slurm.yaml): its image starts FROM $(IMAGE).
 SLURM_IMAGE ?= hvdcls-slurm:latest
 SLURM_PROJECT ?= hvdcls-slurm
+# The compose cluster's Prometheus (docker/prometheus/): Debian's package FROM $(BASE_IMAGE).
+PROMETHEUS_IMAGE ?= hvdcls-prometheus:latest
 GPU_FLAG := $(if $(filter 1,$(GPU)),--gpu,)
 
 .PHONY: setup demo test doctor unit parallel docker-test clean distclean bench docker-engine base-image \
-	wheelhouse image compose-up compose-down compose-test slurm-image slurm-up slurm-down \
+	wheelhouse image prometheus-image compose-up compose-down compose-test slurm-image slurm-up slurm-down \
 	bench-unequal
 
 setup:
@@ -51,9 +53,14 @@ wheelhouse: setup
 image: setup base-image
 	@$(PY) tools/docker_image.py image $(GPU_FLAG) --base-image $(BASE_IMAGE) --tag $(IMAGE)
 
-compose-up: image
-	@HVDCLS_IMAGE=$(IMAGE) $(COMPOSE) -f docker/compose.yaml -p $(PROJECT) up --detach
+prometheus-image: setup base-image
+	@$(PY) tools/docker_image.py prometheus-image --base-image $(BASE_IMAGE) --tag $(PROMETHEUS_IMAGE)
+
+compose-up: image prometheus-image
+	@HVDCLS_IMAGE=$(IMAGE) HVDCLS_PROMETHEUS_IMAGE=$(PROMETHEUS_IMAGE) \
+		$(COMPOSE) -f docker/compose.yaml -p $(PROJECT) up --detach
 	@$(COMPOSE) -f docker/compose.yaml -p $(PROJECT) exec -T launcher hvdcls-container wait-workers
+	@$(COMPOSE) -f docker/compose.yaml -p $(PROJECT) exec -T launcher hvdcls-container wait-service
 
 compose-down:
 	@$(COMPOSE) -f docker/compose.yaml -p $(PROJECT) down --volumes --remove-orphans --timeout 5
@@ -69,9 +76,9 @@ slurm-up: slurm-image
 slurm-down:
 	@$(COMPOSE) -f docker/slurm.yaml -p $(SLURM_PROJECT) down --volumes --remove-orphans --timeout 5
 
-# Both backends under horovodrun and mpirun across the compose workers; tears down after.
+# Both backends under mpirun across the compose workers, a job through its service; tears down after.
 compose-test: setup docker-engine
-	@HVDCLS_REQUIRE_DOCKER=1 HVDCLS_IMAGE=$(IMAGE) $(PY) -m pytest tests/docker
+	@HVDCLS_REQUIRE_DOCKER=1 HVDCLS_IMAGE=$(IMAGE) HVDCLS_PROMETHEUS_IMAGE=$(PROMETHEUS_IMAGE) $(PY) -m pytest tests/docker
 
 # Step throughput: the default matrix beside DDP and raw Horovod -> runs/bench/bench.{json,md,png}
 bench: setup

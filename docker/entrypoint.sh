@@ -6,6 +6,9 @@
 #   launcher [CMD...]  wait for the workers in $HVDCLS_WORKERS to answer ssh, then run CMD
 #                      (or idle, for `docker-compose exec launcher horovodrun ...`)
 #   wait-workers       just the wait: exit 0 once every worker answers, 2 after the timeout
+#   service [FLAGS...] wait for the workers, then `hvdcls serve FLAGS` with its state in
+#                      $HVDCLS_STATE_DIR, jobs' data under /shared/data, ssh to the workers' port
+#   wait-service       exit 0 once the service answers on $HVDCLS_SERVE_URL, 2 after the timeout
 #   shell | CMD...     an interactive shell, or any command
 set -euo pipefail
 
@@ -82,6 +85,26 @@ launcher() {
     exec "$@"
 }
 
+service() {
+    # A job started before the workers answer would fail: wait as the launcher does.
+    wait_workers
+    local state="${HVDCLS_STATE_DIR:-/shared/serve}"
+    mkdir -p "$state" /shared/data
+    say "hvdcls serve: state in $state, data under /shared/data"
+    exec hvdcls serve --state-dir "$state" --ssh-port "$PORT" --data-root /shared/data "$@"
+}
+
+wait_service() {
+    local url="${HVDCLS_SERVE_URL:-http://service:8470}" address
+    address="${url#http://}"; address="${address%%/*}"
+    for _ in $(seq "$WAIT_SECONDS"); do
+        # bash's /dev/tcp: a connection is all we ask, with nothing but bash in the container.
+        (exec 3<>"/dev/tcp/${address%:*}/${address##*:}") 2>/dev/null && return 0
+        sleep 1
+    done
+    die "the service does not answer at $url after ${WAIT_SECONDS} s: see its log"
+}
+
 role="${1:-shell}"
 [ $# -gt 0 ] && shift
 case "$role" in
@@ -89,6 +112,8 @@ case "$role" in
     worker) worker ;;
     launcher) launcher "$@" ;;
     wait-workers) wait_workers ;;
+    service) service "$@" ;;
+    wait-service) wait_service ;;
     shell) exec bash ;;
     *) exec "$role" "$@" ;;
 esac

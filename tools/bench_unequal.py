@@ -79,7 +79,8 @@ class Cluster:
 
     def up(self) -> None:
         self.down()  # a project left over by a killed run
-        self.compose("up", "--detach")
+        # The training part only: the service and Prometheus would take cores from the measurement.
+        self.compose("up", "--detach", "keygen", "worker1", "worker2", "launcher")
         self.compose("exec", "-T", "launcher", "hvdcls-container", "wait-workers", timeout=180)
 
     def restart(self) -> None:

@@ -3,6 +3,7 @@
     .venv/bin/python tools/docker_image.py wheelhouse [--gpu]
     .venv/bin/python tools/docker_image.py image [--gpu] [--base-image B] [--tag T] [--rebuild]
     .venv/bin/python tools/docker_image.py slurm-image [--app-image A] [--tag T] [--rebuild]
+    .venv/bin/python tools/docker_image.py prometheus-image [--base-image B] [--tag T] [--rebuild]
 
 The build context is build/docker/ (never the repository root):
     wheelhouse/   every wheel the image installs, and requirements.txt naming the pins
@@ -38,6 +39,8 @@ DEFAULT_BASE = {False: "hvdcls/base:bookworm", True: "nvidia/cuda:13.0.1-cudnn-d
 DEFAULT_TAG = {False: "hvdcls:latest", True: "hvdcls:gpu"}
 SLURM_CONTEXT = ROOT / "docker" / "slurm"  # small: the Slurm image's build context is this folder
 DEFAULT_SLURM_TAG = "hvdcls-slurm:latest"
+PROMETHEUS_CONTEXT = ROOT / "docker" / "prometheus"  # Debian's prometheus on the base image
+DEFAULT_PROMETHEUS_TAG = "hvdcls-prometheus:latest"
 
 
 class ImageError(Exception):
@@ -136,8 +139,9 @@ def prepare_context(gpu: bool) -> str:
     # Not in the wheelhouse: that would change the deps stage, whose rebuild takes minutes and GBs.
     run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(app),
          "-r", str(ROOT / "requirements" / "serve.txt")], "pip download (the serve extra)")
-    # The Slurm image's files are not the app image's: changing them must not rebuild it.
-    copy_tree(ROOT / "docker", CONTEXT / "docker", "slurm", "slurm.yaml")
+    # The Slurm and Prometheus images' files, and the compose files, are not the app image's:
+    # changing them must not rebuild it.
+    copy_tree(ROOT / "docker", CONTEXT / "docker", "slurm", "prometheus", "*.yaml")
     copy_tree(ROOT / "configs", CONTEXT / "configs")
     recipe = CONTEXT / "horovod"
     shutil.rmtree(recipe, ignore_errors=True)
@@ -229,31 +233,46 @@ def docker_build(dockerfile: Path, context: Path, tag: str, build_args: dict, la
     say(f"{tag} built in {time.monotonic() - started:.0f} s, {size / 1e9:.2f} GB")
 
 
-def build_slurm_image(app_image: str, tag: str, rebuild: bool) -> None:
-    """The app image plus Debian's Slurm and munge (docker/slurm/: one apt layer, seconds to
-    a minute); rebuilt when the app image or docker/slurm/ changes."""
-    app_id = image_id(app_image)
-    if app_id is None:
-        raise ImageError(f"app image {app_image} not found (`make image` makes it)")
-    digest = hashlib.sha256(app_id.encode())
-    for path in sorted(p for p in SLURM_CONTEXT.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(SLURM_CONTEXT).as_posix().encode() + path.read_bytes())
+def build_small_image(what: str, context: Path, parent: str, build_arg: str, tag: str, rebuild: bool) -> None:
+    """An image of one apt layer (and a few files) on top of `parent`, from the small build
+    context `context`; rebuilt only when the parent image or the context's files change."""
+    parent_id = image_id(parent)
+    if parent_id is None:
+        raise ImageError(f"image {parent} not found (`make {'base-image' if build_arg == 'BASE_IMAGE' else 'image'}`"
+                         " makes it)")
+    digest = hashlib.sha256(parent_id.encode())
+    for path in sorted(p for p in context.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(context).as_posix().encode() + path.read_bytes())
     inputs = digest.hexdigest()[:16]
     if not rebuild and image_label(tag, INPUTS_LABEL) == inputs:
         say(f"{tag} is up to date ({inputs})")
         return
-    say(f"building {tag} from {app_image} (apt-get install slurmctld slurmd munge)")
-    docker_build(SLURM_CONTEXT / "Dockerfile", SLURM_CONTEXT, tag, {"HVDCLS_IMAGE": app_image},
-                 {INPUTS_LABEL: inputs}, ROOT / "build" / "docker-build-slurm.log")
+    say(f"building {tag} from {parent} ({what})")
+    docker_build(context / "Dockerfile", context, tag, {build_arg: parent},
+                 {INPUTS_LABEL: inputs}, ROOT / "build" / f"docker-build-{context.name}.log")
+
+
+def build_slurm_image(app_image: str, tag: str, rebuild: bool) -> None:
+    """The app image plus Debian's Slurm and munge (docker/slurm/: one apt layer, seconds to
+    a minute)."""
+    build_small_image("apt-get install slurmctld slurmd munge", SLURM_CONTEXT, app_image, "HVDCLS_IMAGE",
+                      tag, rebuild)
+
+
+def build_prometheus_image(base_image: str, tag: str, rebuild: bool) -> None:
+    """The base image plus Debian's prometheus and the compose cluster's scrape config
+    (docker/prometheus/): the `prometheus` service of docker/compose.yaml."""
+    build_small_image("apt-get install prometheus", PROMETHEUS_CONTEXT, base_image, "BASE_IMAGE", tag, rebuild)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["wheelhouse", "image", "slurm-image"])
+    parser.add_argument("what", choices=["wheelhouse", "image", "slurm-image", "prometheus-image"])
     parser.add_argument("--gpu", action="store_true", help="CUDA image: Horovod with NCCL")
-    parser.add_argument("--base-image", help="default: hvdcls/base:bookworm (CPU), a CUDA devel image (GPU)")
+    parser.add_argument("--base-image", help="default: hvdcls/base:bookworm (CPU, prometheus-image), "
+                        "a CUDA devel image (GPU)")
     parser.add_argument("--tag", help="default: hvdcls:latest (CPU), hvdcls:gpu (GPU); "
-                        f"slurm-image: {DEFAULT_SLURM_TAG}")
+                        f"slurm-image: {DEFAULT_SLURM_TAG}; prometheus-image: {DEFAULT_PROMETHEUS_TAG}")
     parser.add_argument("--app-image", default=DEFAULT_TAG[False], help="slurm-image: the image it starts FROM")
     parser.add_argument("--rebuild", action="store_true", help="build even when the image is up to date")
     args = parser.parse_args(argv)
@@ -262,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
             prepare_context(args.gpu)
         elif args.what == "slurm-image":
             build_slurm_image(args.app_image, args.tag or DEFAULT_SLURM_TAG, args.rebuild)
+        elif args.what == "prometheus-image":
+            build_prometheus_image(args.base_image or DEFAULT_BASE[False], args.tag or DEFAULT_PROMETHEUS_TAG,
+                                   args.rebuild)
         else:
             build_image(args.gpu, args.base_image or DEFAULT_BASE[args.gpu],
                         args.tag or DEFAULT_TAG[args.gpu], args.rebuild)

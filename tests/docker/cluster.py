@@ -17,8 +17,11 @@ COMPOSE_FILE = REPO / "docker" / "compose.yaml"
 SLURM_COMPOSE_FILE = REPO / "docker" / "slurm.yaml"
 IMAGE = os.environ.get("HVDCLS_IMAGE", "hvdcls:latest")
 SLURM_IMAGE = os.environ.get("HVDCLS_SLURM_IMAGE", "hvdcls-slurm:latest")
+PROMETHEUS_IMAGE = os.environ.get("HVDCLS_PROMETHEUS_IMAGE", "hvdcls-prometheus:latest")
 BASE_IMAGE = os.environ.get("BASE_IMAGE", "hvdcls/base:bookworm")
 WORKERS = ["worker1", "worker2"]
+# The training part of the cluster: what a project needs to run horovodrun/mpirun from the launcher.
+TRAINING_SERVICES = ("keygen", *WORKERS, "launcher")
 SSH_PORT = 12345
 
 
@@ -42,11 +45,13 @@ def unavailable_reason() -> Optional[str]:
 
 
 def build_images() -> None:
-    """`make base-image` and `make image`: both do nothing when already up to date."""
+    """`make base-image`, `make image` and `make prometheus-image` (the compose cluster's
+    Prometheus: one apt layer on the base image): each does nothing when already up to date."""
     env = {**os.environ, "BASE_IMAGE": BASE_IMAGE}
+    tool = [sys.executable, str(REPO / "tools" / "docker_image.py")]
     for cmd in (["bash", str(REPO / "tools" / "base_image.sh")],
-                [sys.executable, str(REPO / "tools" / "docker_image.py"), "image",
-                 "--base-image", BASE_IMAGE, "--tag", IMAGE]):
+                [*tool, "image", "--base-image", BASE_IMAGE, "--tag", IMAGE],
+                [*tool, "prometheus-image", "--base-image", BASE_IMAGE, "--tag", PROMETHEUS_IMAGE]):
         result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
         assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
 
@@ -60,12 +65,14 @@ def build_slurm_image() -> None:
 
 
 class Cluster:
-    """One compose project: keygen, worker1, worker2 and a launcher on a private network."""
+    """One compose project: keygen, worker1, worker2, a launcher, the service and Prometheus on a
+    private network."""
 
     def __init__(self, project: str, compose_file: Path = COMPOSE_FILE):
         self.project = project
         self.base = [*compose_command(), "--file", str(compose_file), "--project-name", project]
-        self.env = {**os.environ, "HVDCLS_IMAGE": IMAGE, "HVDCLS_SLURM_IMAGE": SLURM_IMAGE}
+        self.env = {**os.environ, "HVDCLS_IMAGE": IMAGE, "HVDCLS_SLURM_IMAGE": SLURM_IMAGE,
+                    "HVDCLS_PROMETHEUS_IMAGE": PROMETHEUS_IMAGE}
 
     def compose(self, *args: str, timeout: int = 300, check: bool = True) -> subprocess.CompletedProcess:
         result = subprocess.run([*self.base, *args], env=self.env, capture_output=True, text=True,
@@ -74,11 +81,23 @@ class Cluster:
             assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
         return result
 
-    def up(self, wait: bool = True) -> None:
+    def up(self, wait: bool = True, services: tuple[str, ...] = ()) -> None:
+        """Every service, or only `services` (and what they depend on)."""
         self.down()  # a project left over by a killed run
-        self.compose("up", "--detach")
+        self.compose("up", "--detach", *services)
         if wait:  # the launcher's entrypoint waits for both workers' sshd; this waits for the launcher
             self.launcher("hvdcls-container", "wait-workers", timeout=180)
+            if not services or "service" in services:
+                self.launcher("hvdcls-container", "wait-service", timeout=180)
+
+    def start(self, *services: str) -> None:
+        """More services of this running project (what they depend on is up already)."""
+        self.compose("up", "--detach", *services)
+        if "service" in services:
+            self.launcher("hvdcls-container", "wait-service", timeout=180)
+
+    def stop(self, *services: str) -> None:
+        self.compose("stop", "--timeout", "5", *services, check=False)
 
     def down(self) -> None:
         """Containers, the network and the volumes (the SSH key with them)."""

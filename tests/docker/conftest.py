@@ -32,9 +32,11 @@ def images():
 
 @pytest.fixture(scope="session")
 def cluster(images):
+    """The training part of the cluster (keygen, workers, launcher); test_serve.py starts the
+    service and Prometheus in it for its own tests only: idle, they would still use the cores."""
     compose = docker_cluster.Cluster(PROJECT)
     try:
-        compose.up()
+        compose.up(services=docker_cluster.TRAINING_SERVICES)
         yield compose
     finally:
         compose.down()

@@ -69,6 +69,9 @@ def test_compose_keeps_the_ssh_key_in_a_volume_made_at_start_up():
     services = compose()["services"]
     assert services["keygen"]["command"] == "keygen"
     for name, service in services.items():
+        if name == "prometheus":  # not the hvdcls image: no SSH, no shared volume
+            assert "volumes" not in service
+            continue
         assert "ssh:/home/hvd/.ssh" in service["volumes"], name
         if service.get("command") == "worker":
             assert service["depends_on"]["keygen"]["condition"] == "service_completed_successfully"
@@ -93,3 +96,17 @@ def test_the_slurm_cluster_matches_its_slurm_conf_and_keeps_its_keys_in_volumes(
     assert cluster["networks"]["cluster"]["internal"] is True
     # The key is made per project; the package's own is deleted in the image's only apt layer.
     assert "/etc/munge/munge.key" in (REPO / "docker" / "slurm" / "Dockerfile").read_text()
+
+
+def test_the_compose_service_serves_the_workers_where_its_prometheus_scrapes():
+    services = compose()["services"]
+    workers = [name for name, s in services.items() if s.get("command") == "worker"]
+    command = services["service"]["command"]
+    flags = dict(zip(command[1::2], command[2::2]))
+    assert command[0] == "service" and flags["--hosts"] == ",".join(f"{w}:2" for w in workers)
+    assert flags["--bind"] == "0.0.0.0"  # the other containers reach it; the network is private
+    assert services["launcher"]["environment"]["HVDCLS_SERVE_URL"] == f"http://service:{flags['--port']}"
+    scrape = yaml.safe_load((REPO / "docker" / "prometheus" / "prometheus.yml").read_text())
+    targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in scrape["scrape_configs"]}
+    assert targets == {"hvdcls-serve": [f"service:{flags['--port']}"], "hvdcls": [f"{w}:9400" for w in workers]}
+    assert "prometheus.yml" in (REPO / "docker" / "prometheus" / "Dockerfile").read_text()
