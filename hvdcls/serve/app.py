@@ -8,6 +8,8 @@
     GET  /hosts                the inventory: slots and the jobs on each host
     GET  /metrics              Prometheus (hvdcls.serve.metrics): queue, jobs by state, slots per host, per-job
                                progress and slots, resizes, queue-wait and first-step histograms
+    GET  /targets              Prometheus HTTP service discovery: the running jobs' rank 0 /metrics
+                               (jobs serving it: output.metrics_port, or `serve --job-metrics`)
 
 Reading needs no token (the service binds to 127.0.0.1 unless told otherwise); changing does:
 a bearer token generated at first start into STATE_DIR/token (mode 0600).
@@ -35,7 +37,7 @@ from hvdcls.serve import runner
 from hvdcls.serve.metrics import ServiceCollector
 from hvdcls.serve.service import Refused, Service, Settings
 from hvdcls.serve.spec import JobSpec
-from hvdcls.serve.store import FINAL, QUEUED, STATES, Job
+from hvdcls.serve.store import FINAL, QUEUED, RUNNING, STATES, Job
 
 TOKEN_FILE, SERVER_FILE = "token", "server.json"
 
@@ -127,6 +129,19 @@ def make_app(service: Service, token: str) -> FastAPI:
     @app.get("/metrics")
     def prometheus() -> Response:
         return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
+
+    endpoints = runner.Endpoints()
+
+    @app.get("/targets")
+    def targets() -> list[dict]:
+        """Prometheus's http_sd_configs format: one target group per running job whose rank 0
+        has said where it serves /metrics, labelled with the job (`job` is Prometheus's own)."""
+        running = [job for job in service.store.list((RUNNING,)) if job.run_dir]
+        endpoints.forget({Path(job.run_dir) for job in running})
+        found = [(job, endpoints.of(Path(job.run_dir))) for job in running]
+        return [{"targets": [endpoint], "labels": {"job_id": str(job.id), "job_name": job.name or "",
+                                                   "backend": job.backend}}
+                for job, endpoint in found if endpoint]
 
     return app
 

@@ -42,7 +42,7 @@ def run_serve(args: argparse.Namespace) -> int:
         state_dir=args.state_dir.expanduser().absolute(), inventory=inventory, data_roots=args.data_root,
         ssh_port=args.ssh_port, grace_seconds=args.grace_seconds, hang_seconds=args.hang_seconds,
         resize_cooldown_seconds=args.resize_cooldown, network_interface=args.network_interface,
-        executor=args.executor, slurm=slurm_options(args), poll_seconds=1.0 if args.executor == "slurm" else 0.25)
+        job_metrics=args.job_metrics, executor=args.executor, slurm=slurm_options(args), poll_seconds=1.0 if args.executor == "slurm" else 0.25)
     return importlib.import_module("hvdcls.serve.app").serve(settings, args.bind, args.port)
 
 
@@ -109,6 +109,9 @@ def add_serve(sub) -> None:
                         help="resize an elastic job at most this often (default 60)")
     parser.add_argument("--network-interface", help="elastic jobs' horovodrun --network-interface "
                         "(e.g. lo when every host is this machine)")
+    parser.add_argument("--job-metrics", action="store_true",
+                        help="every job's rank 0 serves Prometheus /metrics on a free port (unless its spec "
+                             "sets output.metrics_port), listed for Prometheus by GET /targets")
     parser.add_argument("--executor", choices=("hosts", "slurm"), default="hosts",
                         help="hosts: the service's queue on --hosts; slurm: each job becomes an sbatch job")
     add_slurm_options(parser, "--executor slurm: defaults a spec's slurm field overrides")

@@ -35,6 +35,9 @@ STDOUT, STDERR, EXIT = "stdout.log", "stderr.log", "exit_status.json"
 METRICS = "metrics.jsonl"  # hvdcls train's: one line per epoch
 # hvdcls train's progress line (output.progress=lines), behind horovodrun's `[1,0]<stdout>:`.
 PROGRESS = re.compile(r"epoch (\d+)/(\d+) step (\d+)/(\d+) ")
+# Rank 0's line when it serves /metrics (output.metrics_port): said again by a new rank 0 after an
+# elastic reset, so the last one in the log is where the job's metrics are now.
+ENDPOINT = re.compile(rb"metrics: Prometheus endpoint on http://(\S+)/metrics")
 # A checkpoint as hvdcls.training.checkpoint writes it (the service does not import training).
 CHECKPOINTS = "checkpoints/epoch-*/state.json"
 
@@ -160,3 +163,32 @@ def failure_message(run_dir: Path, reason: str, lines: int = 20) -> str:
     last = tail(run_dir / STDERR, lines=200) or tail(run_dir / STDOUT, lines=200)
     said = [line.split("hvdcls: error: ", 1)[1] for line in last if "hvdcls: error: " in line]
     return "\n".join([f"{reason}: {said[0]}" if said else reason, *last[-lines:]])
+
+
+class Endpoints:
+    """Where each running job's rank 0 serves /metrics, from its log, read once: each call
+    reads only what the log gained since the last (a job's log grows for hours)."""
+
+    def __init__(self):
+        self.read: dict[Path, tuple[int, Optional[str]]] = {}  # log -> (bytes read, last endpoint)
+
+    def of(self, run_dir: Path) -> Optional[str]:
+        path = run_dir / STDOUT
+        position, endpoint = self.read.get(path, (0, None))
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(position)
+                chunk = handle.read()
+        except OSError:
+            return endpoint
+        complete = chunk[:chunk.rfind(b"\n") + 1]  # a line still being written waits for its end
+        found = ENDPOINT.findall(complete)
+        if found:
+            endpoint = found[-1].decode(errors="replace")
+        self.read[path] = (position + len(complete), endpoint)
+        return endpoint
+
+    def forget(self, keep: set[Path]) -> None:
+        """Drop the logs of jobs no longer running."""
+        for run_dir in set(self.read) - {run_dir / STDOUT for run_dir in keep}:
+            del self.read[run_dir]

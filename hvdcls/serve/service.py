@@ -46,6 +46,7 @@ class Settings:
     hang_seconds: float = 0.0  # a running job silent this long is ended as hung (0: never)
     resize_cooldown_seconds: float = 60.0  # an elastic job is resized at most this often
     network_interface: Optional[str] = None  # elastic jobs' horovodrun --network-interface
+    job_metrics: bool = False  # every job's rank 0 serves /metrics (listed by GET /targets)
     poll_seconds: float = 0.25
     executor: str = "hosts"  # or "slurm": hvdcls.serve.slurm_service
     slurm: Optional["slurm.Options"] = None  # --executor slurm: partition, time limit, account
@@ -252,7 +253,8 @@ class Service:
         try:
             spec = job_spec.JobSpec(**json.loads(job.spec))
             resume = run_dir if job.attempts > 0 and runner.has_checkpoint(run_dir) else None
-            config = job_spec.job_config(job_spec.resolve(spec, self.settings.data_roots), run_dir, resume)
+            config = job_spec.job_config(job_spec.resolve(spec, self.settings.data_roots), run_dir, resume,
+                                         self.settings.job_metrics)
             runner.prepare(run_dir, spec.model_dump(), config, allocation)
             child = runner.start(run_dir, runner.command(run_dir, spec.model_dump(), allocation,
                                                          self.settings.ssh_port, self.settings.network_interface))

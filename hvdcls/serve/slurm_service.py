@@ -50,7 +50,7 @@ class SlurmService(Service):
         return self.store.update(job.id, external_id=slurm_id, run_dir=str(run_dir), attempts=1)
 
     def write_run_dir(self, job: Job, spec: job_spec.JobSpec, config, run_dir: Path) -> Path:
-        runner.prepare(run_dir, spec.model_dump(), job_spec.job_config(config, run_dir), {})
+        runner.prepare(run_dir, spec.model_dump(), job_spec.job_config(config, run_dir, metrics=self.settings.job_metrics), {})
         options = self.options.merged(spec.slurm.model_dump() if spec.slurm else None)
         script = run_dir / slurm.BATCH_SCRIPT
         write_atomic(script, slurm.batch_script(f"hvdcls-{job.id}", spec.np, spec.backend, run_dir, options).encode())

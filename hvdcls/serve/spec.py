@@ -111,10 +111,14 @@ def under_any(path: Path, roots: list[Path]) -> bool:
     return any(real == root.resolve() or root.resolve() in real.parents for root in roots)
 
 
-def job_config(config: cfg.Config, run_dir: Path, resume: Optional[Path] = None) -> cfg.Config:
+def job_config(config: cfg.Config, run_dir: Path, resume: Optional[Path] = None,
+               metrics: bool = False) -> cfg.Config:
     """The config the job runs with: its run directory, progress as plain lines (the service
-    reads them), and a checkpoint to resume from when requeued."""
+    reads them), a checkpoint to resume from when requeued and, with `metrics` (serve
+    --job-metrics), rank 0's /metrics on a free port unless the spec chose one."""
     output = dataclasses.replace(config.output, dir=str(run_dir), progress="lines")
+    if metrics and output.metrics_port is None:
+        output = dataclasses.replace(output, metrics_port=0)
     training = config.training
     if resume is not None:
         training = dataclasses.replace(training, resume=str(resume))

@@ -365,7 +365,7 @@ def make_sinks(config: cfg.Config, backend_name: str, outputs: RunOutputs,
         exporter = PrometheusSink(out.metrics_port, out.metrics_host,
                                   {"backend": backend_name, "model": config.model.name},
                                   out.metrics_linger_seconds)
-        outputs.say(f"metrics: Prometheus endpoint on http://{out.metrics_host}:{exporter.port}/metrics")
+        outputs.say(f"metrics: Prometheus endpoint on http://{reachable(out.metrics_host)}:{exporter.port}/metrics")
         sinks.append(exporter)
     if out.tensorboard:
         from hvdcls.observe.tensorboard import TensorBoardSink
@@ -441,3 +441,10 @@ def run(backend_name: str, config_file: Optional[Path], overrides: list[str], fl
     registry.get(backend_name)
     train(cfg.load(config_file, overrides, flags), backend_name)
     return 0
+
+
+def reachable(listen_host: str) -> str:
+    """The host to name in rank 0's endpoint line: listening on every address, this host's
+    name (what a Prometheus elsewhere, or `hvdcls serve`'s /targets, can reach), else the
+    address itself."""
+    return socket.gethostname() if listen_host in ("0.0.0.0", "::", "") else listen_host

@@ -5,7 +5,8 @@ HTTP API at prometheus:9090, as anything inside the network would. Prints one JS
 everything the tests assert on. Standard library and httpx only.
 
     refusals  an unknown setting (422), 5 slots of the 4 (400)            exit 2 from `hvdcls submit`
-    J  torch  np 4  3 epochs across worker1 and worker2, rank 0 serving metrics on port 9400
+    J  torch  np 4  3 epochs across worker1 and worker2, rank 0 serving metrics (serve --job-metrics),
+                    found by Prometheus through the service's GET /targets
     Q  torch  np 4  queued behind J; cancelled, once Prometheus has seen the queue, before it starts
 """
 import json
@@ -22,8 +23,9 @@ TIMEOUT = float(os.environ.get("WORKLOAD_TIMEOUT", "900"))
 JOB = ["training.epochs=3", "schedule.warmup_epochs=0", "training.log_every=1",
        # what the tests read: summary.json, the log, the metrics (no report, TensorBoard, checkpoints)
        "output.report=false", "output.tensorboard=false", "output.checkpoint_every=0",
-       # rank 0's /metrics where the cluster's Prometheus looks; kept up until scraped once more at the end
-       "output.metrics_port=9400", "output.metrics_linger_seconds=15"]
+       # rank 0's /metrics (on a free port: serve --job-metrics) kept up a while after training, so that
+       # the cluster's Prometheus scrapes its last values before the job ends and leaves /targets
+       "output.metrics_linger_seconds=15"]
 # The service's series the tests check, while J runs with Q queued and once both have ended.
 SERVICE_SERIES = ["hvdcls_serve_queue_length", "hvdcls_serve_jobs", "hvdcls_serve_slots",
                   "hvdcls_serve_slots_in_use", "hvdcls_serve_host_slots_free"]
@@ -85,6 +87,15 @@ def main() -> None:
                 value(answers, "hvdcls_serve_jobs", state="running"))
         return answers if seen == (1, 4, 1) else None
     out["prometheus while J runs"] = wait_for("Prometheus to see J running and Q queued", while_running, deadline)
+
+    def discovered():
+        listed = httpx.get(f"{SERVICE}/targets").json()
+        active = prometheus.get("/api/v1/targets").json()["data"]["activeTargets"]
+        up = sorted((t["labels"]["job"], t["labels"]["instance"], t["labels"].get("job_id")) for t in active
+                    if t["health"] == "up")
+        return (listed, up) if listed and len(up) == 2 else None
+    out["service targets"], out["targets"] = wait_for("Prometheus to scrape J's rank 0 found in /targets",
+                                                      discovered, deadline)
     out["cancel Q"] = hvdcls("cancel", str(queued))
     out["logs -f"] = hvdcls("logs", str(job), "--follow")  # returns when J has ended
     out["jobs"] = hvdcls("jobs")
@@ -99,8 +110,6 @@ def main() -> None:
         return answers if done == (1, 0) else None
     out["prometheus after"] = wait_for("Prometheus to see J succeeded", after, deadline)
     out["prometheus rank 0"] = scraped(prometheus, [f"last_over_time({s}[15m])" for s in RANK0_SERIES])
-    out["targets"] = sorted((t["labels"]["job"], t["labels"]["instance"]) for t in
-                            prometheus.get("/api/v1/targets").json()["data"]["activeTargets"])
     out["seconds"] = time.time() - started
     print(json.dumps(out))
 

@@ -90,12 +90,17 @@ def test_prometheus_scraped_the_service(workload):
     assert series(after["hvdcls_serve_host_slots_free"], "host") == {w: 2 for w in WORKERS}
 
 
-def test_prometheus_scraped_the_jobs_rank_0(workload):
-    """The scrape config lists every worker on port 9400; the one holding J's rank 0 answered."""
-    assert workload["targets"] == [["hvdcls", f"{w}:9400"] for w in WORKERS] + [["hvdcls-serve", "service:8470"]]
-    rank0 = {expr.split("(")[1].split("[")[0]: answers for expr, answers in workload["prometheus rank 0"].items()}
+def test_prometheus_found_and_scraped_the_jobs_rank_0(workload):
+    """The service's GET /targets named J's rank 0 (its host, the free port it took); Prometheus
+    discovered it there (http_sd_configs) and scraped it beside the service."""
+    [group] = workload["service targets"]
+    [endpoint] = group["targets"]
     rank0_host = workload["summary"]["rank_hosts"][0]
+    assert endpoint.startswith(f"{rank0_host}:"), (endpoint, rank0_host)
+    assert group["labels"] == {"job_id": "1", "job_name": "J", "backend": "torch"}, group
+    assert workload["targets"] == [["hvdcls", endpoint, "1"], ["hvdcls-serve", "service:8470", None]]
+    rank0 = {expr.split("(")[1].split("[")[0]: answers for expr, answers in workload["prometheus rank 0"].items()}
     for name, want in (("hvdcls_world_size", NP), ("hvdcls_training_done", 1), ("hvdcls_epoch", 3)):
-        assert series(rank0[name], "instance") == {f"{rank0_host}:9400": want}, (name, rank0[name])
-    accuracy = series(rank0['hvdcls_accuracy{split="val"}'], "instance")[f"{rank0_host}:9400"]
+        assert series(rank0[name], "instance") == {endpoint: want}, (name, rank0[name])
+    accuracy = series(rank0['hvdcls_accuracy{split="val"}'], "instance")[endpoint]
     assert accuracy == pytest.approx(workload["summary"]["val_accuracy"], abs=1e-6)

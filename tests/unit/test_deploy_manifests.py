@@ -102,11 +102,14 @@ def test_the_compose_service_serves_the_workers_where_its_prometheus_scrapes():
     services = compose()["services"]
     workers = [name for name, s in services.items() if s.get("command") == "worker"]
     command = services["service"]["command"]
-    flags = dict(zip(command[1::2], command[2::2]))
+    assert command[-1] == "--job-metrics"  # what the scrape config's `hvdcls` job discovers
+    flags = dict(zip(command[1:-1:2], command[2:-1:2]))
     assert command[0] == "service" and flags["--hosts"] == ",".join(f"{w}:2" for w in workers)
     assert flags["--bind"] == "0.0.0.0"  # the other containers reach it; the network is private
     assert services["launcher"]["environment"]["HVDCLS_SERVE_URL"] == f"http://service:{flags['--port']}"
     scrape = yaml.safe_load((REPO / "docker" / "prometheus" / "prometheus.yml").read_text())
-    targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in scrape["scrape_configs"]}
-    assert targets == {"hvdcls-serve": [f"service:{flags['--port']}"], "hvdcls": [f"{w}:9400" for w in workers]}
+    jobs = {job["job_name"]: job for job in scrape["scrape_configs"]}
+    assert sorted(jobs) == ["hvdcls", "hvdcls-serve"]
+    assert jobs["hvdcls-serve"]["static_configs"][0]["targets"] == [f"service:{flags['--port']}"]
+    assert jobs["hvdcls"]["http_sd_configs"][0]["url"] == f"http://service:{flags['--port']}/targets"
     assert "prometheus.yml" in (REPO / "docker" / "prometheus" / "Dockerfile").read_text()

@@ -75,6 +75,11 @@ def test_the_job_runs_in_its_run_directory_with_progress_lines(tmp_path):
     assert (config.output.dir, config.output.progress, config.training.resume) == \
         (str(tmp_path), "lines", str(tmp_path))
     cfg.validate(config)
+    assert config.output.metrics_port is None
+    # serve --job-metrics: rank 0 serves /metrics on a free port, unless the spec chose one
+    assert job_config(config, tmp_path, metrics=True).output.metrics_port == 0
+    chosen = resolve(JobSpec(np=1, overrides=["output.metrics_port=9400"]), [])
+    assert job_config(chosen, tmp_path, metrics=True).output.metrics_port == 9400
 
 
 def test_progress_without_step_lines_counts_the_epochs_of_a_long_metrics_file(tmp_path):
