@@ -93,6 +93,12 @@ def hosts_text(hosts: Optional[dict]) -> str:
     return launch.hosts_arg(hosts) if hosts else "-"
 
 
+def elastic_text(job: dict) -> Optional[str]:
+    if not job.get("elastic"):
+        return None
+    return f"np {job['min_np']}..{job['max_np']}, resized {job.get('resizes') or 0} time(s)"
+
+
 def progress_text(job: dict) -> str:
     done = job.get("progress")
     return f"{100 * done['fraction']:.0f}% (epoch {done['epoch']}/{done['epochs']})" if done else "-"
@@ -115,10 +121,12 @@ def status(args: argparse.Namespace) -> int:
         return 0
     for label, value in (("job", f"{job['id']} {job['name'] or ''}".strip()), ("state", job["state"]),
                          ("backend", f"{job['backend']}, np {job['np']}"), ("hosts", hosts_text(job["hosts"])),
+                         ("elastic", elastic_text(job)),
                          ("progress", progress_text(job)), ("run dir", job["run_dir"] or "-"),
                          ("last metrics", json.dumps(job.get("last_metrics")) if job.get("last_metrics") else "-"),
                          ("exit status", job["exit_status"]), ("slurm job", job.get("external_id"))):
-        print(f"{label:>13}: {value if value is not None else '-'}")
+        if label != "elastic" or value:  # the line only for elastic jobs
+            print(f"{label:>13}: {value if value is not None else '-'}")
     if job["message"]:
         print(job["message"])
     return 0
