@@ -49,7 +49,7 @@ def run_serve(args: argparse.Namespace) -> int:
 def slurm_options(args: argparse.Namespace):
     return importlib.import_module("hvdcls.serve.slurm").Options(
         partition=args.partition, time_limit=args.time_limit, account=args.account,
-        tasks_per_node=args.tasks_per_node)
+        tasks_per_node=args.tasks_per_node, launcher=args.launcher)
 
 
 def add_slurm_options(parser: argparse.ArgumentParser, whose: str) -> None:
@@ -58,6 +58,8 @@ def add_slurm_options(parser: argparse.ArgumentParser, whose: str) -> None:
     group.add_argument("--time-limit", help="sbatch --time (MINUTES, HH:MM:SS, D-HH:MM)")
     group.add_argument("--account", help="sbatch --account")
     group.add_argument("--tasks-per-node", type=int, help="slots per node (default: Slurm places the tasks)")
+    group.add_argument("--launcher", choices=("horovodrun", "mpirun"),
+                       help="what the batch script starts the ranks with (default horovodrun; elastic: horovodrun)")
 
 
 def run_slurm_script(args: argparse.Namespace) -> int:

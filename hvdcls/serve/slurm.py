@@ -4,7 +4,9 @@ what their answers mean.
 A job becomes one batch job whose script, inside its allocation, asks this module for the hosts
 (`python -m hvdcls.serve.slurm hosts RUN_DIR`: `scontrol show hostnames $SLURM_JOB_NODELIST`,
 slots from `$SLURM_TASKS_PER_NODE`), then runs the same wrapper and `horovodrun ... hvdcls train`
-as the host-list executor. Slurm owns the queue; the service only maps states:
+as the host-list executor (or `mpirun`, Options.launcher). An elastic job (`Elastic`) asks for
+max_np tasks with `--no-kill` and runs horovodrun elastic on what is left of its allocation
+(hvdcls.serve.slurm_elastic). Slurm owns the queue; the service only maps states:
 
     PENDING, CONFIGURING, REQUEUED, ...      queued
     RUNNING, COMPLETING, SUSPENDED            running
@@ -47,6 +49,7 @@ class Options:
     time_limit: Optional[str] = None  # Slurm's syntax: MINUTES, HH:MM:SS, D-HH:MM
     account: Optional[str] = None
     tasks_per_node: Optional[int] = None  # None: Slurm places the tasks
+    launcher: Optional[str] = None  # "horovodrun" (None) or "mpirun"
 
     def merged(self, spec_options: Optional[dict]) -> "Options":
         given = {k: v for k, v in (spec_options or {}).items() if v is not None}
@@ -98,8 +101,7 @@ def batch_script(job_name: str, np: int, backend: str, run_dir: Path, options: O
                                                 *launcher)]
         find_hosts = " ".join(map(shlex.quote, [*ask_hosts, "--elastic"])) + " >/dev/null"
     else:
-        job = [sys.executable, "-m", "hvdcls.serve.wrapper", str(run_dir), "--",
-               *launch.horovodrun(np, train, hosts={"HOSTS": np})]
+        job = [sys.executable, "-m", "hvdcls.serve.wrapper", str(run_dir), "--", *launcher_command(options, np, train)]
         words = [shlex.quote(part) for part in job]
         words[job.index("-H") + 1] = '"$hosts"'  # known only inside the allocation
         find_hosts = f"hosts=$({' '.join(map(shlex.quote, ask_hosts))})"
@@ -108,6 +110,17 @@ def batch_script(job_name: str, np: int, backend: str, run_dir: Path, options: O
                                                                                  elastic is not None)),
                       "# Written by hvdcls serve (docs/serve.md); the same job by hand: sbatch this file.",
                       "set -euo pipefail", find_hosts, f"exec {' '.join(words)}", ""])
+
+
+def launcher_command(options: Options, np: int, train: list[str]) -> list[str]:
+    """horovodrun (Gloo) or mpirun, with the placeholder host HOSTS for -H. mpirun starts its
+    daemons over ssh (`-mca plm rsh`), as horovodrun does, rather than through srun: the job's
+    ranks are not Slurm tasks either way."""
+    hosts = {"HOSTS": np}
+    if options.launcher == "mpirun":
+        command = launch.mpirun(np, train, hosts=hosts, env=launch.single_host_env())
+        return [*command[:1], "-mca", "plm", "rsh", *command[1:]]
+    return launch.horovodrun(np, train, hosts=hosts)
 
 
 def tasks_per_node(text: str) -> list[int]:

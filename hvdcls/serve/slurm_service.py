@@ -21,7 +21,7 @@ from hvdcls import launch
 from hvdcls.fileio import write_atomic
 from hvdcls.serve import runner, slurm, slurm_elastic
 from hvdcls.serve import spec as job_spec
-from hvdcls.serve.service import Service
+from hvdcls.serve.service import Refused, Service
 from hvdcls.serve.store import CANCELLED, FAILED, FINAL, QUEUED, RUNNING, SUCCEEDED, Job
 
 log = logging.getLogger("hvdcls.serve")
@@ -35,6 +35,8 @@ class SlurmService(Service):
     def submit(self, spec: job_spec.JobSpec) -> Job:
         """Write the run directory and sbatch it; Rejected (HTTP 400) with sbatch's reason."""
         config = job_spec.resolve(spec, self.settings.data_roots)
+        if spec.elastic and self.job_options(spec).launcher == "mpirun":
+            raise Refused("elastic: needs horovodrun (Horovod's elastic driver), not launcher mpirun")
         job = self.store.add(spec.model_dump(), config.training.epochs)
         run_dir = self.run_dir(job.id)
         try:
@@ -46,9 +48,12 @@ class SlurmService(Service):
         log.info("job %d: Slurm job %s", job.id, slurm_id)
         return self.store.update(job.id, external_id=slurm_id, run_dir=str(run_dir), attempts=1)
 
+    def job_options(self, spec: job_spec.JobSpec) -> slurm.Options:
+        return self.options.merged(spec.slurm.model_dump() if spec.slurm else None)
+
     def write_run_dir(self, job: Job, spec: job_spec.JobSpec, config, run_dir: Path) -> Path:
         runner.prepare(run_dir, spec.model_dump(), job_spec.job_config(config, run_dir), {})
-        options = self.options.merged(spec.slurm.model_dump() if spec.slurm else None)
+        options = self.job_options(spec)
         script = run_dir / slurm.BATCH_SCRIPT
         elastic = (slurm.Elastic(spec.min_np, spec.max_np, self.settings.network_interface)
                    if spec.elastic else None)

@@ -3,6 +3,7 @@ squeue's states mean, and the executor's bookkeeping (submit, refusal, states, a
 restart) with Slurm's commands replaced by canned answers."""
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -295,3 +296,15 @@ def test_an_elastic_job_records_each_change_of_its_nodes_and_why_it_failed(tmp_p
     failed = svc.store.get(below.id)
     assert failed.state == FAILED and failed.message.splitlines()[0] == (
         "Slurm FAILED, exit status 1: 2 slot(s) left (node1:2), fewer than min_np=3"), failed.message
+
+
+def test_the_batch_script_may_launch_with_mpirun_but_not_an_elastic_job(tmp_path, fake):
+    script = slurm.batch_script("m", 4, "torch", tmp_path, slurm.Options(launcher="mpirun"))
+    last = script.splitlines()[-1]
+    assert re.search(r' -- \S*mpirun -mca plm rsh -np 4 -H "\$hosts" -bind-to none -map-by slot .* -x OMP_NUM_THREADS ',
+                     last), last
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    svc = service(tmp_path)
+    with pytest.raises(Refused, match="elastic: needs horovodrun"):
+        svc.submit(JobSpec(np=2, elastic=True, slurm={"launcher": "mpirun"}))
+    assert svc.store.list() == []
