@@ -39,12 +39,15 @@ DISCOVERY_SCRIPT = r"""#!/bin/bash
 nodes=@NODES@
 allocation=@ALLOCATION@
 unusable=" $(sinfo --noheader --Node --states=@STATES@ --format=%N 2>/dev/null | tr '\n' ' ') "
+# Twice: a node is dropped only if neither try connects (a dead one fails both at once; a live
+# one on a loaded machine may lose the first try to a slow start of bash).
+reach() { timeout @REACH@ bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$1" "$2" 2>/dev/null; }
 live=""
 while IFS=: read -r host slots; do
     [ -n "$host" ] || continue
     case "$unusable" in *" $host "*) continue ;; esac
     port=$(ssh -G "$host" 2>/dev/null | awk '$1 == "port" {print $2}')
-    timeout @REACH@ bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$host" "${port:-22}" 2>/dev/null || continue
+    reach "$host" "${port:-22}" || reach "$host" "${port:-22}" || continue
     live+="$host:$slots"$'\n'
 done < "$nodes"
 printf '%s' "$live"
