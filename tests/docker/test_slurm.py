@@ -37,8 +37,9 @@ def workload(images):
     finally:
         slurm.down()
     found["left in docker"] = slurm.resources()
-    print(f"Slurm workload: {found['seconds']:.0f} s, then E {found['E seconds after the kill']:.0f} s "
-          "from node2's kill to its end")
+    e = found["E"]
+    print(f"Slurm workload: {found['seconds']:.0f} s, then E {e['ended_at'] - e['submitted_at']:.0f} s from "
+          f"submit to end, {found['E seconds after the kill']:.0f} s of it from node2's kill")
     return found
 
 
@@ -116,8 +117,9 @@ def test_an_elastic_job_loses_a_node_and_finishes_on_the_other(workload):
     assert len(digests) == 2 and len(set(digests)) == 1, digests
     recoveries = summary["elastic"]["recoveries"]
     assert [r["world_size"] for r in recoveries] == [2], recoveries
-    assert recoveries[0]["resumed_at_step"] >= 4, recoveries  # from a commit made on both nodes
-    assert "elastic: 2 worker(s)" in workload["E log"], workload["E log"]
+    assert recoveries[0]["resumed_at_step"] >= 2, recoveries  # from a commit made on both nodes
+    assert any("elastic: 2 worker(s), resuming" in line for line in workload["E elastic lines"]), workload[
+        "E elastic lines"]
     status = workload["E status"]
     assert "hosts: node1:2" in status and "elastic: np 2..4, resized 1 time(s)" in status, status
     print(f"E: resumed at step {recoveries[0]['resumed_at_step']} after {recoveries[0]['seconds']} s "
