@@ -85,10 +85,11 @@ class SlurmService(Service):
         if found is None:  # Slurm forgot it (MinJobAge): the wrapper's record, if any
             code = runner.exit_status(Path(job.run_dir))
             found = slurm.Status(SUCCEEDED if code == 0 else FAILED, "GONE", code if code is not None else -1)
-        if found.slurm_state == "COMPLETING" and succeeded(Path(job.run_dir)):
-            # Its script ended well; Slurm still cleans up its nodes (until SlurmdTimeout marks a
-            # lost one DOWN): nothing will change how it ended.
-            found = slurm.Status(SUCCEEDED, "COMPLETING", 0)
+        code = ended_by_itself(Path(job.run_dir)) if found.slurm_state == "COMPLETING" else None
+        if code is not None:
+            # Its script ended on its own; Slurm still cleans up its nodes (a lost one until
+            # SlurmdTimeout marks it DOWN, 300 s by default): nothing will change how it ended.
+            found = slurm.Status(SUCCEEDED if code == 0 else FAILED, "COMPLETING", code)
         if found.state == QUEUED:
             waiting = f"pending in Slurm ({found.reason})" if found.reason else "pending in Slurm"
             if job.message != waiting:
@@ -136,7 +137,8 @@ def allocation(run_dir: Path) -> Optional[dict[str, int]]:
     return slurm_elastic.current_hosts(run_dir)
 
 
-def succeeded(run_dir: Path) -> bool:
-    """Did the wrapper see horovodrun end with status 0, not stopped by a signal it got?"""
+def ended_by_itself(run_dir: Path) -> Optional[int]:
+    """horovodrun's exit status when the wrapper saw it end without being signalled (not
+    cancelled, not past its time limit: those states only Slurm can tell); else None."""
     record = runner.exit_record(run_dir)
-    return bool(record) and record.get("returncode") == 0 and not record.get("terminated")
+    return None if not record or record.get("terminated") else record.get("returncode")

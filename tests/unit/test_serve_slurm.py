@@ -276,7 +276,7 @@ def test_an_elastic_job_records_each_change_of_its_nodes_and_why_it_failed(tmp_p
     svc.tick()
     shrunk = svc.store.get(job.id)
     assert (shrunk.state, shrunk.resizes, json.loads(shrunk.hosts)) == (RUNNING, 1, {"node1": 2})
-    # Slurm still cleans up the lost node, the script ended well: succeeded, not "running".
+    # Slurm still cleans up the lost node, the script ended on its own: succeeded, not "running".
     fake.state = "COMPLETING"
     (Path(job.run_dir) / runner.EXIT).write_text('{"returncode": 0, "terminated": false}')
     svc.tick()
@@ -290,12 +290,18 @@ def test_an_elastic_job_records_each_change_of_its_nodes_and_why_it_failed(tmp_p
     (Path(below.run_dir) / runner.EXIT).write_text('{"returncode": 1, "terminated": false}')
     fake.state = "COMPLETING"
     svc.tick()
-    assert svc.store.get(below.id).state == RUNNING  # a failure: Slurm's own end state is awaited
-    fake.state, fake.status = "FAILED", 1 << 8
-    svc.tick()
     failed = svc.store.get(below.id)
     assert failed.state == FAILED and failed.message.splitlines()[0] == (
-        "Slurm FAILED, exit status 1: 2 slot(s) left (node1:2), fewer than min_np=3"), failed.message
+        "Slurm COMPLETING, exit status 1: 2 slot(s) left (node1:2), fewer than min_np=3"), failed.message
+    # Signalled (scancel, the time limit): only Slurm can tell which, so its end state is awaited.
+    stopped = svc.submit(JobSpec(np=1))
+    fake.state = "COMPLETING"
+    (Path(stopped.run_dir) / runner.EXIT).write_text('{"returncode": -15, "terminated": true}')
+    svc.tick()
+    assert svc.store.get(stopped.id).state == RUNNING
+    fake.state, fake.status = "TIMEOUT", 15
+    svc.tick()
+    assert svc.store.get(stopped.id).message.startswith("Slurm TIMEOUT, exit status -15")
 
 
 def test_the_batch_script_may_launch_with_mpirun_but_not_an_elastic_job(tmp_path, fake):
