@@ -26,6 +26,9 @@ keygen() {
         cp "$SSH_DIR/id_ed25519.pub" "$SSH_DIR/authorized_keys"
         say "made a new SSH key for this project"
     fi
+    # ServerAlive: a host that dies outright (a lost node) closes nothing, so without keep-alives
+    # horovodrun's ssh to its workers would hang for TCP's hours, and Horovod's elastic reset
+    # with it; with them ssh gives up after ~30-40 s of silence (docs/serve.md, Slurm elastic).
     cat > "$SSH_DIR/config" <<CONFIG
 # Written by hvdcls-container keygen: containers of one project trust each other.
 Host *
@@ -35,6 +38,8 @@ Host *
     UserKnownHostsFile /dev/null
     LogLevel ERROR
     ConnectTimeout 10
+    ServerAliveInterval 10
+    ServerAliveCountMax 3
 CONFIG
     chmod 600 "$SSH_DIR/config" "$SSH_DIR/authorized_keys" "$SSH_DIR/id_ed25519"
 }

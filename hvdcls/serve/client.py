@@ -78,7 +78,7 @@ def submit(args: argparse.Namespace) -> int:
     spec = {name: getattr(args, name) for name in ("backend", "np", "overrides", "name", "requeue",
                                                     "hang_seconds", "elastic", "min_np", "max_np")}
     spec["settings"] = cfg.read_file(args.config) if args.config else {}
-    slurm = {name: getattr(args, name) for name in ("partition", "time_limit", "account", "tasks_per_node")}
+    slurm = {name: getattr(args, name) for name in ("partition", "time_limit", "account", "tasks_per_node", "launcher")}
     spec["slurm"] = slurm if any(value is not None for value in slurm.values()) else None
     job = connect(args).call("POST", "/jobs", json=spec)
     print(f"job {job['id']} {job['state']} ({job['np']} slots, {job['backend']})")
@@ -91,6 +91,12 @@ def when(seconds: Optional[float]) -> str:
 
 def hosts_text(hosts: Optional[dict]) -> str:
     return launch.hosts_arg(hosts) if hosts else "-"
+
+
+def elastic_text(job: dict) -> Optional[str]:
+    if not job.get("elastic"):
+        return None
+    return f"np {job['min_np']}..{job['max_np']}, resized {job.get('resizes') or 0} time(s)"
 
 
 def progress_text(job: dict) -> str:
@@ -115,10 +121,12 @@ def status(args: argparse.Namespace) -> int:
         return 0
     for label, value in (("job", f"{job['id']} {job['name'] or ''}".strip()), ("state", job["state"]),
                          ("backend", f"{job['backend']}, np {job['np']}"), ("hosts", hosts_text(job["hosts"])),
+                         ("elastic", elastic_text(job)),
                          ("progress", progress_text(job)), ("run dir", job["run_dir"] or "-"),
                          ("last metrics", json.dumps(job.get("last_metrics")) if job.get("last_metrics") else "-"),
                          ("exit status", job["exit_status"]), ("slurm job", job.get("external_id"))):
-        print(f"{label:>13}: {value if value is not None else '-'}")
+        if label != "elastic" or value:  # the line only for elastic jobs
+            print(f"{label:>13}: {value if value is not None else '-'}")
     if job["message"]:
         print(job["message"])
     return 0

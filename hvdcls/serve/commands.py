@@ -49,7 +49,7 @@ def run_serve(args: argparse.Namespace) -> int:
 def slurm_options(args: argparse.Namespace):
     return importlib.import_module("hvdcls.serve.slurm").Options(
         partition=args.partition, time_limit=args.time_limit, account=args.account,
-        tasks_per_node=args.tasks_per_node)
+        tasks_per_node=args.tasks_per_node, launcher=args.launcher)
 
 
 def add_slurm_options(parser: argparse.ArgumentParser, whose: str) -> None:
@@ -58,20 +58,32 @@ def add_slurm_options(parser: argparse.ArgumentParser, whose: str) -> None:
     group.add_argument("--time-limit", help="sbatch --time (MINUTES, HH:MM:SS, D-HH:MM)")
     group.add_argument("--account", help="sbatch --account")
     group.add_argument("--tasks-per-node", type=int, help="slots per node (default: Slurm places the tasks)")
+    group.add_argument("--launcher", choices=("horovodrun", "mpirun"),
+                       help="what the batch script starts the ranks with (default horovodrun; elastic: horovodrun)")
 
 
 def run_slurm_script(args: argparse.Namespace) -> int:
     """Print the batch script for a spec, and write its RUN_DIR/job.yaml, for submitting by hand."""
     from hvdcls import config as cfg
     from hvdcls.fileio import write_atomic
+    from hvdcls.errors import UserError
     from hvdcls.serve import runner, slurm
     from hvdcls.serve import spec as job_spec
 
     run_dir = args.run_dir.expanduser().absolute()
-    config = cfg.load(args.config, overrides=args.overrides)
+    try:
+        spec = job_spec.JobSpec(np=args.np, backend=args.backend, elastic=args.elastic, min_np=args.min_np,
+                                max_np=args.max_np)
+    except ValueError as err:  # pydantic's ValidationError: the first problem, on one line
+        raise UserError(f"slurm-script: {err.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+    config = cfg.load(args.config, overrides=args.overrides, flags={"training.elastic": True} if spec.elastic else None)
+    options = slurm_options(args)
+    if spec.elastic and options.launcher == "mpirun":
+        raise UserError("--elastic needs horovodrun (Horovod's elastic driver), not --launcher mpirun")
     run_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(run_dir / runner.JOB_CONFIG, cfg.to_yaml(job_spec.job_config(config, run_dir)).encode())
-    print(slurm.batch_script(args.name or "hvdcls", args.np, args.backend, run_dir, slurm_options(args)), end="")
+    elastic = slurm.Elastic(spec.min_np, spec.max_np) if spec.elastic else None
+    print(slurm.batch_script(args.name or "hvdcls", args.np, args.backend, run_dir, options, elastic), end="")
     return 0
 
 
@@ -83,6 +95,10 @@ def add_slurm_script(sub) -> None:
     parser.add_argument("--config", type=Path, help="YAML file, as for hvdcls train")
     parser.add_argument("--name", help="the Slurm job name (default hvdcls)")
     parser.add_argument("--run-dir", type=Path, required=True, help="the run's output and log directory")
+    parser.add_argument("--elastic", action="store_true", help="horovodrun elastic on the allocation's "
+                        "usable nodes: --max-np tasks, --no-kill, shrinks on a lost node down to --min-np")
+    parser.add_argument("--min-np", type=int)
+    parser.add_argument("--max-np", type=int)
     add_slurm_options(parser, "sbatch directives")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     parser.set_defaults(handler=run_slurm_script)

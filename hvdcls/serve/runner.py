@@ -107,10 +107,17 @@ def signal_group(pid: int, sig: int) -> None:
 
 
 def exit_status(run_dir: Path) -> Optional[int]:
+    record = exit_record(run_dir)
+    return record.get("returncode") if record else None
+
+
+def exit_record(run_dir: Path) -> Optional[dict]:
+    """The wrapper's exit_status.json (returncode, terminated, seconds), None before it ends."""
     try:
-        return json.loads((run_dir / EXIT).read_text())["returncode"]
-    except (OSError, ValueError, KeyError):
+        record = json.loads((run_dir / EXIT).read_text())
+    except (OSError, ValueError):
         return None
+    return record if isinstance(record, dict) else None
 
 
 def tail(path: Path, lines: int = 20, max_bytes: int = 16384) -> list[str]:

@@ -4,7 +4,9 @@ what their answers mean.
 A job becomes one batch job whose script, inside its allocation, asks this module for the hosts
 (`python -m hvdcls.serve.slurm hosts RUN_DIR`: `scontrol show hostnames $SLURM_JOB_NODELIST`,
 slots from `$SLURM_TASKS_PER_NODE`), then runs the same wrapper and `horovodrun ... hvdcls train`
-as the host-list executor. Slurm owns the queue; the service only maps states:
+as the host-list executor (or `mpirun`, Options.launcher). An elastic job (`Elastic`) asks for
+max_np tasks with `--no-kill` and runs horovodrun elastic on what is left of its allocation
+(hvdcls.serve.slurm_elastic). Slurm owns the queue; the service only maps states:
 
     PENDING, CONFIGURING, REQUEUED, ...      queued
     RUNNING, COMPLETING, SUSPENDED            running
@@ -28,7 +30,7 @@ from typing import Optional
 
 from hvdcls import launch
 from hvdcls.errors import UserError
-from hvdcls.serve import runner
+from hvdcls.serve import runner, slurm_elastic
 from hvdcls.serve.service import Refused
 from hvdcls.serve.store import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED
 
@@ -47,6 +49,7 @@ class Options:
     time_limit: Optional[str] = None  # Slurm's syntax: MINUTES, HH:MM:SS, D-HH:MM
     account: Optional[str] = None
     tasks_per_node: Optional[int] = None  # None: Slurm places the tasks
+    launcher: Optional[str] = None  # "horovodrun" (None) or "mpirun"
 
     def merged(self, spec_options: Optional[dict]) -> "Options":
         given = {k: v for k, v in (spec_options or {}).items() if v is not None}
@@ -62,29 +65,62 @@ class Status:
     reason: Optional[str] = None  # why it waits (Resources, Priority, PartitionNodeLimit, ...)
 
 
-def directives(job_name: str, np: int, run_dir: Path, options: Options) -> list[str]:
+def directives(job_name: str, np: int, run_dir: Path, options: Options, elastic: bool = False) -> list[str]:
     lines = [f"--job-name={job_name}", f"--ntasks={np}", "--cpus-per-task=1",
              f"--output={run_dir / runner.STDOUT}", f"--error={run_dir / runner.STDERR}", f"--chdir={run_dir}"]
     if options.tasks_per_node:
         lines += [f"--nodes={-(-np // options.tasks_per_node)}", f"--ntasks-per-node={options.tasks_per_node}"]
+    if elastic:  # a node that fails leaves the job running on the others (slurm_elastic)
+        lines.append("--no-kill")
     lines += [f"--{flag}={value}" for flag, value in (("partition", options.partition),
                                                        ("time", options.time_limit),
                                                        ("account", options.account)) if value]
     return lines
 
 
-def batch_script(job_name: str, np: int, backend: str, run_dir: Path, options: Options) -> str:
+@dataclass(frozen=True)
+class Elastic:
+    """An elastic job's bounds: it asks Slurm for max_np tasks and runs on what is left of them."""
+
+    min_np: int
+    max_np: int
+    network_interface: Optional[str] = None  # horovodrun's, when the job may run on one node
+
+
+def batch_script(job_name: str, np: int, backend: str, run_dir: Path, options: Options,
+                 elastic: Optional[Elastic] = None) -> str:
     """The sbatch script: hosts and slots from the allocation, then the wrapper around
-    `horovodrun --gloo -np N -H HOSTS ... hvdcls train --config RUN_DIR/job.yaml`."""
+    `horovodrun --gloo -np N -H HOSTS ... hvdcls train --config RUN_DIR/job.yaml`; an elastic
+    job's horovodrun takes its hosts from RUN_DIR/discover.sh instead (slurm_elastic)."""
     train = launch.hvdcls_command("train", "--backend", backend, "--config", str(run_dir / runner.JOB_CONFIG))
-    job = [sys.executable, "-m", "hvdcls.serve.wrapper", str(run_dir), "--",
-           *launch.horovodrun(np, train, hosts={"HOSTS": np})]
-    words = [shlex.quote(part) for part in job]
-    words[job.index("-H") + 1] = '"$hosts"'  # known only inside the allocation
-    ask_hosts = " ".join(map(shlex.quote, [sys.executable, "-m", "hvdcls.serve.slurm", "hosts", str(run_dir)]))
-    return "\n".join(["#!/bin/bash", *(f"#SBATCH {line}" for line in directives(job_name, np, run_dir, options)),
+    ask_hosts = [sys.executable, "-m", "hvdcls.serve.slurm", "hosts", str(run_dir)]
+    if elastic:
+        launcher = slurm_elastic.horovodrun(np, elastic.min_np, elastic.max_np, run_dir, train,
+                                            elastic.network_interface)
+        words = [shlex.quote(part) for part in (sys.executable, "-m", "hvdcls.serve.wrapper", str(run_dir), "--",
+                                                *launcher)]
+        find_hosts = " ".join(map(shlex.quote, [*ask_hosts, "--elastic"])) + " >/dev/null"
+    else:
+        job = [sys.executable, "-m", "hvdcls.serve.wrapper", str(run_dir), "--", *launcher_command(options, np, train)]
+        words = [shlex.quote(part) for part in job]
+        words[job.index("-H") + 1] = '"$hosts"'  # known only inside the allocation
+        find_hosts = f"hosts=$({' '.join(map(shlex.quote, ask_hosts))})"
+    tasks = elastic.max_np if elastic else np
+    return "\n".join(["#!/bin/bash", *(f"#SBATCH {line}" for line in directives(job_name, tasks, run_dir, options,
+                                                                                 elastic is not None)),
                       "# Written by hvdcls serve (docs/serve.md); the same job by hand: sbatch this file.",
-                      "set -euo pipefail", f"hosts=$({ask_hosts})", f"exec {' '.join(words)}", ""])
+                      "set -euo pipefail", find_hosts, f"exec {' '.join(words)}", ""])
+
+
+def launcher_command(options: Options, np: int, train: list[str]) -> list[str]:
+    """horovodrun (Gloo) or mpirun, with the placeholder host HOSTS for -H. mpirun starts its
+    daemons over ssh (`-mca plm rsh`), as horovodrun does, rather than through srun: the job's
+    ranks are not Slurm tasks either way."""
+    hosts = {"HOSTS": np}
+    if options.launcher == "mpirun":
+        command = launch.mpirun(np, train, hosts=hosts, env=launch.single_host_env())
+        return [*command[:1], "-mca", "plm", "rsh", *command[1:]]
+    return launch.horovodrun(np, train, hosts=hosts)
 
 
 def tasks_per_node(text: str) -> list[int]:
@@ -178,14 +214,19 @@ class Rejected(Refused):
 
 
 def main(argv: list[str]) -> int:
-    """`python -m hvdcls.serve.slurm hosts RUN_DIR`, inside the batch job: print horovodrun's
-    -H for this allocation and write it to RUN_DIR/allocation (what the service shows)."""
+    """`python -m hvdcls.serve.slurm hosts RUN_DIR [--elastic]`, inside the batch job: print
+    horovodrun's -H for this allocation and write it to RUN_DIR/allocation (what the service
+    shows); --elastic: also the nodes and the discovery script of slurm_elastic."""
     import os
 
-    assert argv[:1] == ["hosts"] and len(argv) == 2, "usage: python -m hvdcls.serve.slurm hosts RUN_DIR"
+    usage = "usage: python -m hvdcls.serve.slurm hosts RUN_DIR [--elastic]"
+    assert argv[:1] == ["hosts"] and len(argv) in (2, 3) and argv[2:] in ([], ["--elastic"]), usage
     names = call(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]]).stdout.split()
     hosts = allocation(names, os.environ["SLURM_TASKS_PER_NODE"])
-    runner.write_allocation(Path(argv[1]), hosts)
+    run_dir = Path(argv[1])
+    runner.write_allocation(run_dir, hosts)
+    if argv[2:] == ["--elastic"]:
+        slurm_elastic.write_discovery(run_dir, hosts)
     print(launch.hosts_arg(hosts))
     return 0
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -37,6 +37,7 @@ class SlurmOptions(BaseModel):
     time_limit: Optional[str] = Field(default=None, pattern=r"^[\d:-]+$", description="MINUTES, HH:MM:SS, D-HH:MM")
     account: Optional[str] = Field(default=None, pattern=r"^[\w.-]+$")
     tasks_per_node: Optional[int] = Field(default=None, ge=1, description="default: Slurm places the tasks")
+    launcher: Optional[Literal["horovodrun", "mpirun"]] = Field(default=None, description="default horovodrun")
 
 
 class JobSpec(BaseModel):
@@ -59,7 +60,7 @@ class JobSpec(BaseModel):
     requeue: bool = Field(default=False, description="if a restart finds the job's processes gone: "
                           "queue it again, resuming from its latest checkpoint, instead of failing it")
     slurm: Optional[SlurmOptions] = Field(default=None, description="--executor slurm: partition, time "
-                                          "limit, account, tasks per node")
+                                          "limit, account, tasks per node, launcher")
 
     @field_validator("backend")
     @classmethod

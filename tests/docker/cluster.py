@@ -106,9 +106,9 @@ class Cluster:
     def launcher(self, *cmd: str, timeout: int = 900, check: bool = True) -> subprocess.CompletedProcess:
         return self.compose("exec", "-T", "launcher", *cmd, timeout=timeout, check=check)
 
-    def python(self, service: str, script: Path, timeout: int) -> subprocess.CompletedProcess:
-        """`python - < script` in a service's container, as the training user."""
-        return subprocess.run([*self.base, "exec", "-T", "--user", "hvd", service, "python", "-"],
+    def python(self, service: str, script: Path, timeout: int, *args: str) -> subprocess.CompletedProcess:
+        """`python - ARGS < script` in a service's container, as the training user."""
+        return subprocess.run([*self.base, "exec", "-T", "--user", "hvd", service, "python", "-", *args],
                               input=script.read_text(), env=self.env, capture_output=True, text=True,
                               timeout=timeout)
 

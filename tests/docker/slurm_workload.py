@@ -7,6 +7,9 @@ Prints one JSON object with everything the tests assert on. Standard library and
     W  tensorflow  np 4  pending in Slurm (Resources) until T ends
     X  torch       np 2  long; behind W; cancelled once Slurm runs it
     F  torch       np 1  empty data; behind W, beside X; fails
+    E  torch       elastic np 4 (min 2) on both nodes, last: once it has committed steps this
+                   prints, then test_slurm.py kills node2's container and runs this again
+                   (`python - elastic ID`) to follow E to its end on node1 alone
 """
 import json
 import os
@@ -43,19 +46,26 @@ def run(*cmd: str) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
 
 
-def main() -> None:
-    http, out, started = connect(), {}, time.time()
+class Service:
+    def __init__(self):
+        self.http, self.started = connect(), time.time()
 
-    def submit(name: str, np: int, backend: str = "torch", settings=None) -> int:
-        reply = http.post("/jobs", json={"name": name, "np": np, "backend": backend, "settings": settings or QUICK})
+    def submit(self, name: str, np: int, backend: str = "torch", settings=None, **spec) -> int:
+        reply = self.http.post("/jobs", json={"name": name, "np": np, "backend": backend,
+                                              "settings": settings or QUICK, **spec})
         assert reply.status_code == 201, reply.text
         return reply.json()["id"]
 
-    def wait(job_id: int, until) -> dict:
-        while not until(job := http.get(f"/jobs/{job_id}").json()):
-            assert time.time() < started + TIMEOUT, job
+    def wait(self, job_id: int, until) -> dict:
+        while not until(job := self.http.get(f"/jobs/{job_id}").json()):
+            assert time.time() < self.started + TIMEOUT, job
             time.sleep(0.5)
         return job
+
+
+def main() -> None:
+    service, out = Service(), {}
+    http, started, submit, wait = service.http, service.started, service.submit, service.wait
 
     for name, spec in (("bad partition", {"np": 1, "slurm": {"partition": "nope"}}),
                        ("too many nodes", {"np": 3, "slurm": {"tasks_per_node": 1}})):
@@ -93,9 +103,36 @@ def main() -> None:
     out["left on nodes"] = {node: run("ssh", node, "pgrep -af '[h]vdcls train|[h]orovodrun'").splitlines()
                             for node in ("node1", "node2")}
     out["seconds"] = time.time() - started
+    # Last, as it ends with node2 lost: an elastic job on both nodes, committing every 2 steps.
+    e = submit("E", 4, elastic=True, min_np=2, max_np=4,
+               settings={**QUICK, "training": {**QUICK["training"], "epochs": 2, "commit_every": 2}})
+    out["E before"] = wait(e, lambda j: j["state"] in FINAL or committed(j["progress"]))
+    out["E id"] = e
+    print(json.dumps(out))
+
+
+def committed(progress) -> bool:
+    """Past its first commit (every 2 steps): step 3 of epoch 1, or any later epoch."""
+    return bool(progress) and (progress["epoch"] > 1 or (progress["step"] or 0) >= 3)
+
+
+def follow_elastic(job_id: int) -> None:
+    """After node2's container was killed: E to its end, what it recorded, and the CLI's view."""
+    service, out = Service(), {}
+    out["E"] = service.wait(job_id, lambda j: j["state"] in FINAL)
+    out["E seconds after the kill"] = time.time() - service.started
+    run_dir = Path(out["E"]["run_dir"])
+    out["E summary"] = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else None
+    log = service.http.get(f"/jobs/{job_id}/logs").text
+    out["E elastic lines"] = [line for line in log.splitlines() if "elastic: " in line]
+    out["E status"] = run("hvdcls", "status", str(job_id))
+    out["E sinfo"] = run("sinfo", "--noheader", "--Node", "--format=%N %T").splitlines()
     print(json.dumps(out))
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["elastic"]:
+        follow_elastic(int(sys.argv[2]))
+    else:
+        main()
     sys.exit(0)

@@ -5,6 +5,7 @@ run once inside the service container, then read by the tests; the project is to
 and must leave nothing behind.
 """
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import pytest
 from tests.docker import cluster as docker_cluster
 
 pytestmark = pytest.mark.timeout(2400)  # the first test builds the images
-PROJECT = "hvdcls-test-slurm"
+# Docker is shared: HVDCLS_COMPOSE_PROJECT names one's own projects (tests/docker/conftest.py).
+PROJECT = os.environ.get("HVDCLS_COMPOSE_PROJECT", "hvdcls-test") + "-slurm"
 NODES = ["node1", "node2"]
 
 
@@ -23,10 +25,11 @@ def workload(images):
     slurm = docker_cluster.Cluster(PROJECT, docker_cluster.SLURM_COMPOSE_FILE)
     try:
         slurm.up(wait=False)  # the workload waits for the service, which waits for both nodes
-        done = slurm.python("service", Path(__file__).with_name("slurm_workload.py"), timeout=1800)
-        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:] + slurm.compose(
-            "logs", "--tail", "30", check=False).stdout[-4000:]
-        found = json.loads(done.stdout.splitlines()[-1])
+        found = run_workload(slurm)
+        # The lost node, for real: node2's container killed outright (no shutdown, no FIN on its
+        # connections, its name gone from the network) while E trains on both nodes.
+        slurm.compose("kill", "-s", "SIGKILL", "node2")
+        found.update(run_workload(slurm, "elastic", str(found["E id"])))
         # A container of the image with no volume: /etc/munge as the image has it.
         found["key in image"] = subprocess.run(["docker", "run", "--rm", "--entrypoint", "ls",
                                                 docker_cluster.SLURM_IMAGE, "-A", "/etc/munge"],
@@ -34,8 +37,17 @@ def workload(images):
     finally:
         slurm.down()
     found["left in docker"] = slurm.resources()
-    print(f"Slurm workload: {found['seconds']:.0f} s")
+    e = found["E"]
+    print(f"Slurm workload: {found['seconds']:.0f} s, then E {e['ended_at'] - e['submitted_at']:.0f} s from "
+          f"submit to end, {found['E seconds after the kill']:.0f} s of it from node2's kill")
     return found
+
+
+def run_workload(slurm, *args: str) -> dict:
+    done = slurm.python("service", Path(__file__).with_name("slurm_workload.py"), 1800, *args)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:] + slurm.compose(
+        "logs", "--tail", "30", check=False).stdout[-4000:]
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def test_a_spec_slurm_refuses_gets_one_line_at_submit(workload):
@@ -91,3 +103,24 @@ def test_a_failed_job_reports_slurms_exit_state(workload):
 def test_no_munge_key_in_the_image_and_nothing_left_after_down(workload):
     assert "munge.key" not in workload["key in image"], workload["key in image"]
     assert workload["left in docker"] == {"containers": [], "networks": [], "volumes": []}
+
+
+def test_an_elastic_job_loses_a_node_and_finishes_on_the_other(workload):
+    """E (np 4, min 2) on both nodes; node2's container killed once E had committed steps.
+    Horovod resets on node1 from the last commit; the job succeeds at world size 2."""
+    before, e, summary = workload["E before"], workload["E"], workload["E summary"]
+    assert before["state"] == "running" and before["hosts"] == {"node1": 2, "node2": 2}, before
+    assert e["state"] == "succeeded" and e["exit_status"] == 0, e["message"]
+    assert e["hosts"] == {"node1": 2} and e["resizes"] == 1, e  # the discovery's record, followed
+    assert (summary["world_size"], summary["rank_hosts"]) == (2, ["node1", "node1"]), summary["rank_hosts"]
+    digests = summary["rank_weight_digests"]
+    assert len(digests) == 2 and len(set(digests)) == 1, digests
+    recoveries = summary["elastic"]["recoveries"]
+    assert [r["world_size"] for r in recoveries] == [2], recoveries
+    assert recoveries[0]["resumed_at_step"] >= 2, recoveries  # from a commit made on both nodes
+    assert any("elastic: 2 worker(s), resuming" in line for line in workload["E elastic lines"]), workload[
+        "E elastic lines"]
+    status = workload["E status"]
+    assert "hosts: node1:2" in status and "elastic: np 2..4, resized 1 time(s)" in status, status
+    print(f"E: resumed at step {recoveries[0]['resumed_at_step']} after {recoveries[0]['seconds']} s "
+          f"without a step; Slurm's nodes then: {workload['E sinfo']}")

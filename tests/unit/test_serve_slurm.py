@@ -3,6 +3,7 @@ squeue's states mean, and the executor's bookkeeping (submit, refusal, states, a
 restart) with Slurm's commands replaced by canned answers."""
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hvdcls.errors import UserError
-from hvdcls.serve import runner, slurm
+from hvdcls.serve import runner, slurm, slurm_elastic
 from hvdcls.serve.service import Refused, Settings
 from hvdcls.serve.slurm_service import SlurmService
 from hvdcls.serve.spec import JobSpec
@@ -184,13 +185,11 @@ def test_cancel_is_scancel_and_the_state_comes_from_slurm(tmp_path, fake):
     assert (done.state, done.message) == (CANCELLED, "cancelled in Slurm before it started")
 
 
-def test_what_slurm_or_the_executor_refuses_leaves_no_job(tmp_path, fake):
+def test_what_slurm_refuses_leaves_no_job(tmp_path, fake):
     svc = service(tmp_path)
     fake.refuse = "invalid partition specified: nope"
     with pytest.raises(Refused, match="^Slurm refused the job: invalid partition specified: nope$"):
         svc.submit(JobSpec(np=1, slurm={"partition": "nope"}))
-    with pytest.raises(Refused, match="elastic: not implemented under --executor slurm"):
-        svc.submit(JobSpec(np=1, elastic=True))
     assert svc.store.list() == []
 
 
@@ -217,3 +216,109 @@ def test_slurm_script_prints_the_script_and_writes_the_validated_config(tmp_path
     assert (config.training.epochs, config.output.dir) == (2, str(run_dir))
     assert main(["slurm-script", "--np", "2", "--run-dir", str(run_dir), "training.epohcs=2"]) == 2
     assert "training.epohcs" in capsys.readouterr().err
+    assert main(["slurm-script", "--np", "4", "--elastic", "--min-np", "2", "--run-dir", str(run_dir)]) == 0
+    assert capsys.readouterr().out == slurm.batch_script("hvdcls", 4, "torch", run_dir, slurm.Options(),
+                                                         slurm.Elastic(2, 4))
+    assert cfg.load(run_dir / runner.JOB_CONFIG).training.elastic is True
+    for bad, said in ((["--min-np", "5"], "elastic: needs min_np <= np <= max_np (got 5, 4, 4)"),
+                      (["--launcher", "mpirun"], "--elastic needs horovodrun")):
+        assert main(["slurm-script", "--np", "4", "--elastic", *bad, "--run-dir", str(run_dir)]) == 2
+        assert said in capsys.readouterr().err
+
+
+def test_an_elastic_job_asks_for_max_np_tasks_that_survive_a_lost_node(tmp_path):
+    elastic = slurm.Elastic(min_np=2, max_np=4, network_interface="eth0")
+    script = slurm.batch_script("e", 3, "torch", tmp_path, slurm.Options(), elastic)
+    lines = script.splitlines()
+    assert "#SBATCH --ntasks=4" in lines and "#SBATCH --no-kill" in lines
+    assert lines[-2] == f"{sys.executable} -m hvdcls.serve.slurm hosts {tmp_path} --elastic >/dev/null"
+    assert (f" -np 3 --min-np 2 --max-np 4 --host-discovery-script {tmp_path}/discover.sh --elastic-timeout 60 "
+            "--gloo --blacklist-cooldown-range 2 5 --network-interface eth0 ") in lines[-1]
+    assert " -H " not in lines[-1] and subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    assert "--no-kill" not in slurm.batch_script("j", 2, "torch", tmp_path, slurm.Options())
+
+
+def test_discovery_lists_the_allocations_nodes_that_slurm_and_their_sshd_say_are_usable(tmp_path, monkeypatch):
+    """The real script with sinfo and ssh -G faked: 127.0.0.1 listens, 127.0.0.2 refuses,
+    node3 is down in Slurm (and would not resolve anyway)."""
+    import socket
+
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sinfo").write_text('#!/bin/sh\n[ "$*" = "--noheader --Node --states=down,drain,fail,no_respond '
+                                '--format=%N" ] && echo node3\n')
+    (fake / "ssh").write_text(f'#!/bin/sh\n[ "$1" = -G ] && echo "port {listening.getsockname()[1]}"\n')
+    for tool in ("sinfo", "ssh"):
+        (fake / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "x")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    slurm_elastic.write_discovery(run_dir, {"127.0.0.1": 2, "127.0.0.2": 1, "node3": 2})
+    (run_dir / runner.ALLOCATION).write_text("127.0.0.1:2\n127.0.0.2:1\nnode3:2\n")
+    try:
+        found = subprocess.run([str(run_dir / runner.DISCOVERY)], capture_output=True, text=True, timeout=60)
+    finally:
+        listening.close()
+    assert (found.returncode, found.stdout) == (0, "127.0.0.1:2\n"), found.stderr
+    assert slurm_elastic.current_hosts(run_dir) == {"127.0.0.1": 2}
+    (run_dir / slurm_elastic.NODES).write_text("127.0.0.2:1\n")  # nothing usable: still exit 0
+    found = subprocess.run([str(run_dir / runner.DISCOVERY)], capture_output=True, text=True, timeout=60)
+    assert (found.returncode, found.stdout, slurm_elastic.current_hosts(run_dir)) == (0, "", {})
+
+
+def test_an_elastic_job_records_each_change_of_its_nodes_and_why_it_failed(tmp_path, fake):
+    svc = service(tmp_path)
+    job = svc.submit(JobSpec(np=4, elastic=True, min_np=2))
+    script = (Path(job.run_dir) / slurm.BATCH_SCRIPT).read_text()
+    assert "#SBATCH --no-kill" in script and "--min-np 2 --max-np 4" in script
+    fake.state = "RUNNING"
+    (Path(job.run_dir) / runner.ALLOCATION).write_text("node1:2\nnode2:2\n")
+    svc.tick()
+    svc.tick()
+    assert (svc.store.get(job.id).resizes, json.loads(svc.store.get(job.id).hosts)) == (0, {"node1": 2, "node2": 2})
+    (Path(job.run_dir) / runner.ALLOCATION).write_text("node1:2\n")  # node2 lost
+    svc.tick()
+    shrunk = svc.store.get(job.id)
+    assert (shrunk.state, shrunk.resizes, json.loads(shrunk.hosts)) == (RUNNING, 1, {"node1": 2})
+    # Slurm still cleans up the lost node, the script ended on its own: succeeded, not "running".
+    fake.state = "COMPLETING"
+    (Path(job.run_dir) / runner.EXIT).write_text('{"returncode": 0, "terminated": false}')
+    svc.tick()
+    assert (svc.store.get(job.id).state, svc.store.get(job.id).exit_status) == (SUCCEEDED, 0)
+
+    below = svc.submit(JobSpec(np=4, elastic=True, min_np=3))
+    fake.state = "RUNNING"
+    (Path(below.run_dir) / runner.ALLOCATION).write_text("node1:2\nnode2:2\n")
+    svc.tick()
+    (Path(below.run_dir) / runner.ALLOCATION).write_text("node1:2\n")
+    (Path(below.run_dir) / runner.EXIT).write_text('{"returncode": 1, "terminated": false}')
+    fake.state = "COMPLETING"
+    svc.tick()
+    failed = svc.store.get(below.id)
+    assert failed.state == FAILED and failed.message.splitlines()[0] == (
+        "Slurm COMPLETING, exit status 1: 2 slot(s) left (node1:2), fewer than min_np=3"), failed.message
+    # Signalled (scancel, the time limit): only Slurm can tell which, so its end state is awaited.
+    stopped = svc.submit(JobSpec(np=1))
+    fake.state = "COMPLETING"
+    (Path(stopped.run_dir) / runner.EXIT).write_text('{"returncode": -15, "terminated": true}')
+    svc.tick()
+    assert svc.store.get(stopped.id).state == RUNNING
+    fake.state, fake.status = "TIMEOUT", 15
+    svc.tick()
+    assert svc.store.get(stopped.id).message.startswith("Slurm TIMEOUT, exit status -15")
+
+
+def test_the_batch_script_may_launch_with_mpirun_but_not_an_elastic_job(tmp_path, fake):
+    script = slurm.batch_script("m", 4, "torch", tmp_path, slurm.Options(launcher="mpirun"))
+    last = script.splitlines()[-1]
+    assert re.search(r' -- \S*mpirun -mca plm rsh -np 4 -H "\$hosts" -bind-to none -map-by slot .* -x OMP_NUM_THREADS ',
+                     last), last
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    svc = service(tmp_path)
+    with pytest.raises(Refused, match="elastic: needs horovodrun"):
+        svc.submit(JobSpec(np=2, elastic=True, slurm={"launcher": "mpirun"}))
+    assert svc.store.list() == []
