@@ -57,12 +57,17 @@ def unavailable_reason() -> Optional[str]:
     return None
 
 
+def bucket_bytes(link: Link) -> int:
+    """tbf's bucket: at least one timer tick of traffic; 10 ms of the rate is ample. A message
+    smaller than it can pass at the veth's own speed when the bucket is full, so only a longer
+    transfer is held to the rate: S bytes take at least (S - bucket) / rate."""
+    return max(32_000, int(link.rate_mbit * 1e6 / 8 / 100))
+
+
 def tc_commands(namespace: str, link: Link) -> list[list[str]]:
     """Shape one end: netem for the delay (if any), tbf below it for the rate."""
     tc = ["ip", "netns", "exec", namespace, "tc", "qdisc", "add", "dev", INTERFACE]
-    # tbf needs a bucket of at least one timer tick of traffic; 10 ms of the rate is ample.
-    burst = max(32_000, int(link.rate_mbit * 1e6 / 8 / 100))
-    tbf = ["tbf", "rate", f"{link.rate_mbit:g}mbit", "burst", str(burst), "latency", "100ms"]
+    tbf = ["tbf", "rate", f"{link.rate_mbit:g}mbit", "burst", str(bucket_bytes(link)), "latency", "100ms"]
     if not link.delay_ms:
         return [tc + ["root", "handle", "1:", *tbf]]
     return [tc + ["root", "handle", "1:", "netem", "delay", f"{link.delay_ms:g}ms"],
