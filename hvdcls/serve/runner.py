@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -174,28 +175,34 @@ def failure_message(run_dir: Path, reason: str, lines: int = 20) -> str:
 
 class Endpoints:
     """Where each running job's rank 0 serves /metrics, from its log, read once: each call
-    reads only what the log gained since the last (a job's log grows for hours)."""
+    reads only what the log gained since the last (a job's log grows for hours). The API
+    answers from several threads: one lock."""
 
     def __init__(self):
         self.read: dict[Path, tuple[int, Optional[str]]] = {}  # log -> (bytes read, last endpoint)
+        self.lock = threading.Lock()
 
     def of(self, run_dir: Path) -> Optional[str]:
         path = run_dir / STDOUT
-        position, endpoint = self.read.get(path, (0, None))
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(position)
-                chunk = handle.read()
-        except OSError:
+        with self.lock:
+            position, endpoint = self.read.get(path, (0, None))
+            try:
+                with open(path, "rb") as handle:
+                    if handle.seek(0, os.SEEK_END) < position:  # started afresh (sbatch truncates)
+                        position, endpoint = 0, None
+                    handle.seek(position)
+                    chunk = handle.read()
+            except OSError:
+                return endpoint
+            complete = chunk[:chunk.rfind(b"\n") + 1]  # a line still being written waits for its end
+            found = ENDPOINT.findall(complete)
+            if found:
+                endpoint = found[-1].decode(errors="replace")
+            self.read[path] = (position + len(complete), endpoint)
             return endpoint
-        complete = chunk[:chunk.rfind(b"\n") + 1]  # a line still being written waits for its end
-        found = ENDPOINT.findall(complete)
-        if found:
-            endpoint = found[-1].decode(errors="replace")
-        self.read[path] = (position + len(complete), endpoint)
-        return endpoint
 
-    def forget(self, keep: set[Path]) -> None:
-        """Drop the logs of jobs no longer running."""
-        for run_dir in set(self.read) - {run_dir / STDOUT for run_dir in keep}:
-            del self.read[run_dir]
+    def forget(self, running: set[Path]) -> None:
+        """Drop the logs of jobs no longer running (a requeued job's is read afresh)."""
+        with self.lock:
+            for log in set(self.read) - {run_dir / STDOUT for run_dir in running}:
+                del self.read[log]

@@ -22,6 +22,8 @@ def test_the_last_endpoint_logged_wins_and_a_half_written_line_waits(tmp_path):
     assert endpoints.of(tmp_path) == "worker2:40001"
     assert endpoints.read[log][0] == log.stat().st_size  # each byte read once
     assert endpoints.of(tmp_path) == "worker2:40001"  # nothing new: the same answer
+    log.write_text("[0]<stdout>:epoch 1/3 step 1/10 \n")  # written afresh (a truncating sbatch --output)
+    assert endpoints.of(tmp_path) is None
 
 
 def test_forget_drops_the_jobs_no_longer_running(tmp_path):
