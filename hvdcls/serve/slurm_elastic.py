@@ -25,7 +25,9 @@ from typing import Optional
 
 from hvdcls import launch
 from hvdcls.fileio import write_atomic
+from hvdcls.errors import UserError
 from hvdcls.serve import runner
+from hvdcls.serve.scheduler import parse_hosts
 
 NODES = "slurm_nodes"
 REACH_SECONDS = 5  # a spawn on a loaded node can be slow; a dead one fails at once (no name, no route)
@@ -84,14 +86,9 @@ def current_hosts(run_dir: Path) -> Optional[dict[str, int]]:
     """What discover.sh printed last ({} when no node was usable); None before the job started."""
     try:
         text = (run_dir / runner.ALLOCATION).read_text()
-    except OSError:
+        return parse_hosts(text) if text.strip() else {}  # HOST:SLOTS lines, as an inventory's
+    except (OSError, UserError):  # not written yet
         return None
-    hosts = {}
-    for line in filter(None, map(str.strip, text.splitlines())):
-        host, _, slots = line.rpartition(":")
-        if host and slots.isdigit():
-            hosts[host] = int(slots)
-    return hosts
 
 
 def below_min_np(hosts: Optional[dict[str, int]], min_np: Optional[int]) -> Optional[str]:
