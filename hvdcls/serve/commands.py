@@ -42,7 +42,8 @@ def run_serve(args: argparse.Namespace) -> int:
         state_dir=args.state_dir.expanduser().absolute(), inventory=inventory, data_roots=args.data_root,
         ssh_port=args.ssh_port, grace_seconds=args.grace_seconds, hang_seconds=args.hang_seconds,
         resize_cooldown_seconds=args.resize_cooldown, network_interface=args.network_interface,
-        job_metrics=args.job_metrics, executor=args.executor, slurm=slurm_options(args), poll_seconds=1.0 if args.executor == "slurm" else 0.25)
+        job_metrics=args.job_metrics, executor=args.executor, slurm=slurm_options(args),
+        poll_seconds=1.0 if args.executor == "slurm" else 0.25)
     return importlib.import_module("hvdcls.serve.app").serve(settings, args.bind, args.port)
 
 
@@ -65,8 +66,8 @@ def add_slurm_options(parser: argparse.ArgumentParser, whose: str) -> None:
 def run_slurm_script(args: argparse.Namespace) -> int:
     """Print the batch script for a spec, and write its RUN_DIR/job.yaml, for submitting by hand."""
     from hvdcls import config as cfg
-    from hvdcls.fileio import write_atomic
     from hvdcls.errors import UserError
+    from hvdcls.fileio import write_atomic
     from hvdcls.serve import runner, slurm
     from hvdcls.serve import spec as job_spec
 
