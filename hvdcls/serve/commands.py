@@ -42,11 +42,17 @@ def run_serve(args: argparse.Namespace) -> int:
         state_dir=args.state_dir.expanduser().absolute(), inventory=inventory, data_roots=args.data_root,
         ssh_port=args.ssh_port, grace_seconds=args.grace_seconds, hang_seconds=args.hang_seconds,
         resize_cooldown_seconds=args.resize_cooldown, network_interface=args.network_interface,
+<<<<<<< HEAD
         job_metrics=args.job_metrics, executor=args.executor, slurm=slurm_options(args), poll_seconds=1.0 if args.executor == "slurm" else 0.25)
     if args.reserve_mb < 0:
         raise UserError(f"--reserve-mb {args.reserve_mb:g}: must be >= 0")
     return importlib.import_module("hvdcls.serve.app").serve(settings, args.bind, args.port, args.open_metrics,
                                                              args.reserve_mb)
+=======
+        job_metrics=args.job_metrics, executor=args.executor, slurm=slurm_options(args),
+        poll_seconds=1.0 if args.executor == "slurm" else 0.25)
+    return importlib.import_module("hvdcls.serve.app").serve(settings, args.bind, args.port)
+>>>>>>> main
 
 
 def slurm_options(args: argparse.Namespace):
@@ -68,8 +74,8 @@ def add_slurm_options(parser: argparse.ArgumentParser, whose: str) -> None:
 def run_slurm_script(args: argparse.Namespace) -> int:
     """Print the batch script for a spec, and write its RUN_DIR/job.yaml, for submitting by hand."""
     from hvdcls import config as cfg
-    from hvdcls.fileio import write_atomic
     from hvdcls.errors import UserError
+    from hvdcls.fileio import write_atomic
     from hvdcls.serve import runner, slurm
     from hvdcls.serve import spec as job_spec
 
