@@ -22,7 +22,7 @@ import logging
 import os
 import socket
 from pathlib import Path
-from typing import Annotated, AsyncIterator, Literal, Optional
+from typing import Annotated, Any, AsyncIterator, Literal, Optional
 
 import anyio
 import fastapi
@@ -45,8 +45,9 @@ SERVER_FILE = "server.json"
 TOKEN_FILE = users.TOKEN_FILE
 LOG_CHUNK = 1 << 20  # a follower gets a long log in pieces of this size
 JobId = Annotated[int, fastapi.Path(ge=1, le=INT64)]
-ERRORS = {401: {"description": "no token, or one no user has"}, 422: {"description": "a bad request, named"},
-          413: {"description": "a body over 1 MiB"}, 503: {"description": "the job table is busy"}}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "no token, or one no user has"}, 422: {"description": "a bad request, named"},
+    413: {"description": "a body over 1 MiB"}, 503: {"description": "the job table is busy"}}
 
 
 def view(job: Job, detail: bool = False) -> dict:

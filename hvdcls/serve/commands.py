@@ -42,17 +42,12 @@ def run_serve(args: argparse.Namespace) -> int:
         state_dir=args.state_dir.expanduser().absolute(), inventory=inventory, data_roots=args.data_root,
         ssh_port=args.ssh_port, grace_seconds=args.grace_seconds, hang_seconds=args.hang_seconds,
         resize_cooldown_seconds=args.resize_cooldown, network_interface=args.network_interface,
-<<<<<<< HEAD
-        job_metrics=args.job_metrics, executor=args.executor, slurm=slurm_options(args), poll_seconds=1.0 if args.executor == "slurm" else 0.25)
+        job_metrics=args.job_metrics, executor=args.executor, slurm=slurm_options(args),
+        poll_seconds=1.0 if args.executor == "slurm" else 0.25)
     if args.reserve_mb < 0:
         raise UserError(f"--reserve-mb {args.reserve_mb:g}: must be >= 0")
     return importlib.import_module("hvdcls.serve.app").serve(settings, args.bind, args.port, args.open_metrics,
                                                              args.reserve_mb)
-=======
-        job_metrics=args.job_metrics, executor=args.executor, slurm=slurm_options(args),
-        poll_seconds=1.0 if args.executor == "slurm" else 0.25)
-    return importlib.import_module("hvdcls.serve.app").serve(settings, args.bind, args.port)
->>>>>>> main
 
 
 def slurm_options(args: argparse.Namespace):

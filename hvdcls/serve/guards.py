@@ -114,7 +114,8 @@ def install(app: FastAPI, state_dir: Path) -> None:
                                 headers={"Retry-After": "1"})
         raise err
 
-    async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+    async def invalid(request: Request, err: Exception) -> JSONResponse:
+        assert isinstance(err, RequestValidationError)
         errors = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type")}
                   for e in err.errors()]
         return JSONResponse({"detail": errors}, status_code=422)

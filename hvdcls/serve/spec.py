@@ -1,4 +1,4 @@
-"""What a job may ask for: one `hvdcls train` run, and nothing else.
+r"""What a job may ask for: one `hvdcls train` run, and nothing else.
 
 A spec names a backend, a process count and the run's settings (a mapping shaped like a
 `--config` file, plus `key=value` overrides). It is checked by the same code as `hvdcls train`
@@ -7,11 +7,11 @@ no free-form command; every path it names must lie under one of the service's da
 the paths the service owns (the run directory, Horovod's trace files) cannot be set.
 
 Nothing in a spec reaches a shell (the job runs `hvdcls train --config RUN_DIR/job.yaml`), but a
-spec is input from the network, so it is held to plain text anyway (hvdcls.serve.limits): a name
-is a label of letters, digits and `_ . : @ + -`; keys are dotted names; no string may hold a
-control character or one of `; & | $ ` < > \ !` (which also rules out OmegaConf's `${...}`
-interpolations, which would read the service's environment); numbers are finite and fit in 64
-bits; at most MAX_OVERRIDES overrides and MAX_SETTINGS values.
+spec is input from the network, so it is held to plain data anyway: a name is a label of
+letters, digits and `_ . : @ + -`; keys are dotted names; no string may hold a control
+character or one of SHELL_CHARACTERS (which also rules out OmegaConf's `${...}` interpolations:
+`${oc.env:...}` would read the service's environment into an error message); numbers are finite
+and fit in 64 bits; at most MAX_OVERRIDES overrides and MAX_SETTINGS values of settings.
 """
 from __future__ import annotations
 

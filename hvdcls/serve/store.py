@@ -10,10 +10,23 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence, cast
 
-from sqlalchemy import (Boolean, Float, Integer, String, Text, create_engine, event, func, inspect, select, text,
-                        update)
+from sqlalchemy import (
+    Boolean,
+    CursorResult,
+    Float,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    event,
+    func,
+    inspect,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded", "failed", "cancelled"
@@ -115,8 +128,7 @@ class Store:
 
     def count(self, states: tuple[str, ...] = STATES) -> int:
         with self.session() as session:
-            return session.scalar(select(func.count()).select_from(Job).where(Job.state.in_(states)))
-
+            return session.scalar(select(func.count()).select_from(Job).where(Job.state.in_(states))) or 0
     def update(self, job_id: int, expect: Optional[tuple[str, ...]] = None, **fields) -> Optional[Job]:
         """Set `fields` on the job if its state is one of `expect` (any when None); the job
         after the change, or None when it was not in an expected state."""
@@ -142,7 +154,6 @@ class Store:
         with self.session() as session:
             return list(session.execute(select(Job.submitted_at, Job.started_at, Job.first_step_at)))
 
-
     # --- users (hvdcls.serve.users) ---------------------------------------------------------
 
     def add_user(self, name: str, token_sha256: str, admin: bool) -> User:
@@ -159,7 +170,7 @@ class Store:
         with self.session() as session:
             return session.scalar(select(User).where(User.token_sha256 == token_sha256))
 
-    def users(self) -> list[User]:
+    def users(self) -> Sequence[User]:
         with self.session() as session:
             return list(session.scalars(select(User).order_by(User.created_at, User.name)))
 
@@ -172,7 +183,8 @@ class Store:
     def claim_unowned(self, owner: str) -> int:
         """Jobs from before there were users (no owner) become `owner`'s; how many."""
         with self.session.begin() as session:
-            return session.execute(update(Job).where(Job.owner.is_(None)).values(owner=owner)).rowcount
+            result = session.execute(update(Job).where(Job.owner.is_(None)).values(owner=owner))
+            return cast(CursorResult, result).rowcount
 
 
 def add_new_columns(engine) -> None:

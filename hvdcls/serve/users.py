@@ -35,7 +35,7 @@ from sqlalchemy.exc import IntegrityError
 
 from hvdcls import tables
 from hvdcls.errors import UserError
-from hvdcls.serve.store import User, Store
+from hvdcls.serve.store import Store, User
 
 TOKEN_FILE, DATABASE = "token", "jobs.db"
 FIRST_ADMIN = "admin"

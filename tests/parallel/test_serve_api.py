@@ -146,9 +146,11 @@ def hostile_rows(root: Path) -> list[tuple[str, dict | bytes, int, str]]:
     shell = [f"$(touch {canary})", f"`touch {canary}`", f"x; touch {canary}", f"x && touch {canary}",
              f"x | tee {canary}", f"x > {canary}", "x\\ny"]
     rows = [
-        ("'..' out of the data root", {"overrides": [f"data.path={data}/../outside"]}, 422, "not under the service's data roots"),
+        ("'..' out of the data root", {"overrides": [f"data.path={data}/../outside"]}, 422,
+         "not under the service's data roots"),
         ("a symbolic link out of the data root", {"overrides": [f"data.path={data}/escape"]}, 422, "not under"),
-        ("a symbolic link, in settings", {"settings": {"data": {"path": str(data / "escape" / "x")}}}, 422, "not under"),
+        ("a symbolic link, in settings", {"settings": {"data": {"path": str(data / "escape" / "x")}}}, 422,
+         "not under"),
         ("resume from outside by '..'", {"overrides": [f"training.resume={data}/../outside"]}, 422, "not under"),
         ("a relative path", {"overrides": ["data.path=data"]}, 422, "not under"),
         ("the run directory", {"overrides": [f"output.dir={outside}"]}, 422, "output.dir: cannot be set"),

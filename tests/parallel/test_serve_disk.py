@@ -112,7 +112,8 @@ def full_disk(tmp_path_factory):
         seen["sqlite: submit after"] = server.http.post("/jobs", json={"np": 1, "name": "after-2"})
         seen["sqlite: cancel after"] = server.http.post(f"/jobs/{queued[1]}/cancel").json()
         seen["queued"] = queued
-        for job_id in [*queued, *(r.json()["id"] for r in (seen["reserve: submit after"], seen["sqlite: submit after"]))]:
+        later = [seen[key].json()["id"] for key in ("reserve: submit after", "sqlite: submit after")]
+        for job_id in [*queued, *later]:
             server.http.post(f"/jobs/{job_id}/cancel")  # the queue first: nothing may start in the freed slot
         server.http.post(f"/jobs/{holder['id']}/cancel")
         seen["holder at the end"] = server.wait(holder["id"], lambda j: j["state"] in FINAL, timeout=60)
