@@ -25,10 +25,12 @@ from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
+from hvdcls.serve import users
+from hvdcls.serve.store import Store
 from tests.serve_server import QUIET, ServeProcess, hvdcls
 
 pytestmark = pytest.mark.parallel
-FUZZ_EXAMPLES = 150  # per operation and generation mode (positive, negative): ~300 cases each
+FUZZ_EXAMPLES = 125  # per operation and generation mode (positive, negative): 250 cases each
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +41,10 @@ def api(tmp_path_factory):
     try:
         holder = server.submit({"np": 1, "name": "holder", "settings": QUIET})
         server.wait(holder["id"], lambda j: j["pid"] is not None)
-        tokens = {name: server.add_user(name, *flags) for name, flags in
-                  (("alice", ()), ("bob", ()), ("carol", ("--admin",)), ("fuzz", ()))}
+        store = Store(server.state_dir / "jobs.db")  # beside the running service, as the token commands are
+        tokens = {name: users.add(store, name, admin) for name, admin in
+                  (("alice", False), ("bob", False), ("carol", True), ("fuzz", False))}
+        store.engine.dispose()
         yield {"server": server, "holder": holder, "tokens": tokens,
                "as": {name: server.client(token) for name, token in tokens.items()}}
     finally:
@@ -108,7 +112,7 @@ def test_token_commands_work_on_the_running_service(api):
     revoked = hvdcls("serve", "--state-dir", str(server.state_dir), "token", "revoke", "dave")
     assert revoked.returncode == 0, revoked.stderr
     assert dave.get("/jobs").status_code == 401  # at once, without a restart
-    for bad in ("../x", "a;b"):
+    for bad in ("../x;",):
         refused = hvdcls("serve", "token", "add", bad, "--state-dir", str(server.state_dir))
         assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, (bad, refused.stderr)
     stored = (server.state_dir / "jobs.db").read_bytes()
