@@ -13,7 +13,6 @@ Jobs run as the test's own `hvdcls train` (PYTHONPATH is the repository), one th
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -140,7 +139,3 @@ class ServeProcess:
 def read_log(run_dir: str, *names: str) -> str:
     return "".join((Path(run_dir) / name).read_text(errors="replace") for name in names
                    if (Path(run_dir) / name).exists())
-
-
-def json_lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
