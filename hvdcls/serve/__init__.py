@@ -9,7 +9,9 @@
     service.py    the loop: reconcile after a restart, reap, cancel, schedule, launch (host list)
     slurm.py      --executor slurm: the batch script, SLURM_TASKS_PER_NODE, sbatch/squeue/scancel
     slurm_service.py  the executor handing each job to Slurm and following its state
-    app.py        the HTTP API (FastAPI) and /metrics; server start-up (uvicorn, token)
+    app.py        the HTTP API (FastAPI) and /metrics; server start-up (uvicorn)
+    users.py      one token per user, stored hashed; the first admin; `hvdcls serve token ...`
+    guards.py     a bound on request bodies, the state directory's reserve, disk full as HTTP 507
     commands.py   the subcommands' arguments (argparse only)
     client.py     the CLI side (httpx): submit, jobs, status, logs, cancel
 

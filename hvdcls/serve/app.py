@@ -1,29 +1,31 @@
 """The HTTP API (FastAPI) and `hvdcls serve` itself (uvicorn on a socket bound here).
 
-    POST /jobs                 submit (token)      201; 422 bad spec; 400 larger than the inventory
-    GET  /jobs[?state=...]     the queue and what ran
-    GET  /jobs/{id}            state, hosts, progress, last metrics, run directory, why it failed
+    POST /jobs                 submit: 201; 422 bad spec; 400 larger than the inventory; 507 disk full
+    GET  /jobs[?state=&limit=&offset=&order=]   the queue and what ran, a page of it (X-Total-Count)
+    GET  /jobs/{id}            state, owner, hosts, progress, last metrics, run directory, why it failed
     GET  /jobs/{id}/logs       stdout (or ?stream=stderr); ?follow=true streams until it ends
-    POST /jobs/{id}/cancel     (token)
+    POST /jobs/{id}/cancel     by its owner or an admin, else 403
     GET  /hosts                the inventory: slots and the jobs on each host
     GET  /metrics              Prometheus (hvdcls.serve.metrics): queue, jobs by state, slots per host, per-job
                                progress and slots, resizes, queue-wait and first-step histograms
     GET  /targets              Prometheus HTTP service discovery: the running jobs' rank 0 /metrics
                                (jobs serving it: output.metrics_port, or `serve --job-metrics`)
+    GET  /openapi.json         this API's schema
 
-Reading needs no token (the service binds to 127.0.0.1 unless told otherwise); changing does:
-a bearer token generated at first start into STATE_DIR/token (mode 0600).
+Every request needs `Authorization: Bearer TOKEN`, one token per user (hvdcls.serve.users), except
+/metrics and /targets under `serve --open-metrics` (a Prometheus without a token). 401 without a
+known token; 413 for a body over 1 MiB, 507 when the state directory is full (hvdcls.serve.guards).
 """
 from __future__ import annotations
 
 import logging
 import os
-import secrets
 import socket
-import time
 from pathlib import Path
-from typing import Iterator, Literal, Optional
+from typing import Annotated, Any, AsyncIterator, Literal, Optional
 
+import anyio
+import fastapi
 import uvicorn
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import Response, StreamingResponse
@@ -33,13 +35,19 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from hvdcls import __version__, launch
 from hvdcls.errors import UserError
 from hvdcls.fileio import write_json_atomic
-from hvdcls.serve import runner
+from hvdcls.serve import guards, runner, users
 from hvdcls.serve.metrics import ServiceCollector
 from hvdcls.serve.service import Refused, Service, Settings
-from hvdcls.serve.spec import JobSpec
-from hvdcls.serve.store import FINAL, QUEUED, RUNNING, STATES, Job
+from hvdcls.serve.spec import INT64, JobSpec
+from hvdcls.serve.store import FINAL, QUEUED, RUNNING, STATES, Job, User
 
-TOKEN_FILE, SERVER_FILE = "token", "server.json"
+SERVER_FILE = "server.json"
+TOKEN_FILE = users.TOKEN_FILE
+LOG_CHUNK = 1 << 20  # a follower gets a long log in pieces of this size
+JobId = Annotated[int, fastapi.Path(ge=1, le=INT64)]
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "no token, or one no user has"}, 422: {"description": "a bad request, named"},
+    413: {"description": "a body over 1 MiB"}, 503: {"description": "the job table is busy"}}
 
 
 def view(job: Job, detail: bool = False) -> dict:
@@ -54,35 +62,51 @@ def view(job: Job, detail: bool = False) -> dict:
     return out
 
 
-def follow_log(service: Service, job_id: int, stream: str, follow: bool) -> Iterator[bytes]:
-    """The log from its start; with `follow`, new output until the job has ended."""
+def read_log(service: Service, job_id: int, stream: str, position: int) -> tuple[bool, bytes]:
+    """(has the job ended, what its log holds from `position` on, up to LOG_CHUNK)."""
+    job = service.store.get(job_id)
+    done = job is None or job.state in FINAL  # read before the log: its last lines are then in it
+    if not job or not job.run_dir or not (Path(job.run_dir) / stream).exists():
+        return done, b""
+    with open(Path(job.run_dir) / stream, "rb") as handle:
+        handle.seek(position)
+        return done, handle.read(LOG_CHUNK)
+
+
+async def follow_log(service: Service, job_id: int, stream: str, follow: bool) -> AsyncIterator[bytes]:
+    """The log from its start; with `follow`, new output until the job has ended. Waiting costs
+    no thread: only each read runs in one (many followers, few threads)."""
     position = 0
     while True:
-        job = service.store.get(job_id)
-        done = job.state in FINAL
-        if job.run_dir and (Path(job.run_dir) / stream).exists():
-            with open(Path(job.run_dir) / stream, "rb") as handle:
-                handle.seek(position)
-                chunk = handle.read()
+        done, chunk = await anyio.to_thread.run_sync(read_log, service, job_id, stream, position)
+        if chunk:
             position += len(chunk)
-            if chunk:
-                yield chunk
-                continue
+            yield chunk
+            continue
         if done or not follow:
             return
-        time.sleep(0.25)
+        await anyio.sleep(0.25)
 
 
-def make_app(service: Service, token: str) -> FastAPI:
-    app = FastAPI(title="hvdcls serve", version=__version__)
+def make_app(service: Service, open_metrics: bool = False, reserve_bytes: int = 0) -> FastAPI:
+    # The schema only to a user (below); no browser pages, which could not send the token.
+    app = FastAPI(title="hvdcls serve", version=__version__, openapi_url=None, docs_url=None, redoc_url=None,
+                  responses=ERRORS)
+    guards.install(app, service.settings.state_dir)
     bearer = HTTPBearer(auto_error=False)
     metrics = CollectorRegistry()
     metrics.register(ServiceCollector(service))
 
-    def authorised(credentials: Optional[HTTPAuthorizationCredentials] = Depends(bearer)) -> None:
-        if credentials is None or not secrets.compare_digest(credentials.credentials.encode(), token.encode()):
-            raise HTTPException(401, "missing or wrong bearer token (the service's STATE_DIR/token)",
+    def user(credentials: Optional[HTTPAuthorizationCredentials] = Depends(bearer)) -> User:
+        found = users.authenticate(service.store, credentials.credentials if credentials else None)
+        if found is None:
+            raise HTTPException(401, "missing or unknown bearer token (`hvdcls serve token add NAME` makes one; "
+                                "the first admin's is the service's STATE_DIR/token)",
                                 headers={"WWW-Authenticate": "Bearer"})
+        return found
+
+    signed_in = [Depends(user)]
+    scraping = [] if open_metrics else signed_in
 
     def found(job_id: int) -> Job:
         job = service.store.get(job_id)
@@ -90,35 +114,49 @@ def make_app(service: Service, token: str) -> FastAPI:
             raise HTTPException(404, f"no job {job_id}")
         return job
 
-    @app.post("/jobs", status_code=201, dependencies=[Depends(authorised)])
-    def submit(spec: JobSpec) -> dict:
+    @app.post("/jobs", status_code=201, responses={400: {"description": "more than the inventory"},
+                                                   507: {"description": "the state directory is full"}})
+    def submit(spec: JobSpec, who: User = Depends(user)) -> dict:
+        guards.check_space(service.settings.state_dir, reserve_bytes)
         try:
-            return view(service.submit(spec))
+            return view(service.submit(spec, owner=who.name))
         except Refused as err:
             raise HTTPException(400, str(err)) from None
         except UserError as err:
             raise HTTPException(422, str(err)) from None
 
-    @app.get("/jobs")
-    def jobs(state: Optional[Literal[STATES]] = None) -> list[dict]:
-        return [view(job) for job in service.store.list((state,) if state else STATES)]
+    @app.get("/jobs", dependencies=signed_in)
+    def jobs(response: Response, state: Optional[Literal[STATES]] = None,
+             limit: Annotated[Optional[int], fastapi.Query(ge=1, le=10000)] = None,
+             offset: Annotated[int, fastapi.Query(ge=0, le=INT64)] = 0,
+             order: Literal["asc", "desc"] = "asc") -> list[dict]:
+        """Every job in submission order (`order=desc`: newest first), or a page of them;
+        X-Total-Count says how many match."""
+        states = (state,) if state else STATES
+        response.headers["X-Total-Count"] = str(service.store.count(states))
+        return [view(job) for job in service.store.list(states, limit, offset, newest_first=order == "desc")]
 
-    @app.get("/jobs/{job_id}")
-    def status(job_id: int) -> dict:
+    @app.get("/jobs/{job_id}", dependencies=signed_in, responses={404: {"description": "no such job"}})
+    def status(job_id: JobId) -> dict:
         return view(found(job_id), detail=True)
 
-    @app.get("/jobs/{job_id}/logs")
-    def logs(job_id: int, follow: bool = False,
+    @app.get("/jobs/{job_id}/logs", dependencies=signed_in, response_class=StreamingResponse,
+             responses={200: {"content": {"text/plain": {}}}, 404: {"description": "no such job"}})
+    def logs(job_id: JobId, follow: bool = False,
              stream: Literal["stdout", "stderr"] = "stdout") -> StreamingResponse:
         found(job_id)
         return StreamingResponse(follow_log(service, job_id, f"{stream}.log", follow), media_type="text/plain")
 
-    @app.post("/jobs/{job_id}/cancel", dependencies=[Depends(authorised)])
-    def cancel(job_id: int) -> dict:
-        found(job_id)
+    @app.post("/jobs/{job_id}/cancel", responses={403: {"description": "another user's job"},
+                                                  404: {"description": "no such job"}})
+    def cancel(job_id: JobId, who: User = Depends(user)) -> dict:
+        job = found(job_id)
+        if not users.may_cancel(who, job.owner):
+            raise HTTPException(403, f"job {job_id} is {job.owner or 'nobody'}'s: only its owner or an admin "
+                                "may cancel it")
         return view(service.cancel(job_id))
 
-    @app.get("/hosts")
+    @app.get("/hosts", dependencies=signed_in)
     def hosts() -> list[dict]:
         allocations = service.allocations()
         return [{"host": host, "slots": slots,
@@ -126,13 +164,14 @@ def make_app(service: Service, token: str) -> FastAPI:
                  "free": slots - sum(a.get(host, 0) for a in allocations.values())}
                 for host, slots in service.settings.inventory.items()]
 
-    @app.get("/metrics")
+    @app.get("/metrics", dependencies=scraping, response_class=Response,
+             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
     def prometheus() -> Response:
         return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
 
     endpoints = runner.Endpoints()
 
-    @app.get("/targets")
+    @app.get("/targets", dependencies=scraping)
     def targets() -> list[dict]:
         """Prometheus's http_sd_configs format: one target group per running job whose rank 0
         has said where it serves /metrics, labelled with the job (`job` is Prometheus's own)."""
@@ -142,6 +181,10 @@ def make_app(service: Service, token: str) -> FastAPI:
         return [{"targets": [endpoint], "labels": {"job_id": str(job.id), "job_name": job.name or "",
                                                    "backend": job.backend}}
                 for job, endpoint in found if endpoint]
+
+    @app.get("/openapi.json", dependencies=signed_in, include_in_schema=False)
+    def schema() -> dict:
+        return app.openapi()
 
     return app
 
@@ -153,18 +196,6 @@ def make_service(settings: Settings) -> Service:
 
         return SlurmService(settings)
     return Service(settings)
-
-
-def ensure_token(state_dir: Path) -> str:
-    """The service's bearer token, made at first start: readable by its owner only."""
-    path = state_dir / TOKEN_FILE
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as handle:
-        handle.write(secrets.token_urlsafe(32) + "\n")
-    return path.read_text().strip()
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -179,22 +210,24 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8470) -> int:
+def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8470, open_metrics: bool = False,
+          reserve_mb: float = 64) -> int:
     """Run until SIGINT/SIGTERM; jobs keep running after it (a restart adopts them)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     settings.state_dir.mkdir(parents=True, exist_ok=True)
-    token = ensure_token(settings.state_dir)
     sock = bind(host, port)
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
     url = f"http://{shown}:{sock.getsockname()[1]}"
     service = make_service(settings)
+    users.ensure_first_admin(service.store, settings.state_dir)
     service.start()
     write_json_atomic(settings.state_dir / SERVER_FILE, {"url": url, "pid": os.getpid()})
     where = ("jobs handed to Slurm" if settings.executor == "slurm"
              else f"{service.total_slots} slots on {launch.hosts_arg(settings.inventory)}")
     print(f"hvdcls serve: {url}, {where}, state in {settings.state_dir} "
-          f"(token: {settings.state_dir / TOKEN_FILE})", flush=True)
-    server = uvicorn.Server(uvicorn.Config(make_app(service, token), log_level="warning"))
+          f"(the first admin's token: {settings.state_dir / TOKEN_FILE})", flush=True)
+    app = make_app(service, open_metrics, int(reserve_mb * 2**20))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     try:
         server.run(sockets=[sock])
     finally:

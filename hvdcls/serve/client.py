@@ -1,8 +1,8 @@
 """The CLI side of the service (httpx): submit, jobs, status, logs, cancel.
 
-The address and token come from the flags, the environment ($HVDCLS_SERVE_URL,
-$HVDCLS_SERVE_TOKEN), else the service's state directory (server.json, token). Every refusal
-by the service is one line and exit status 2, like any other bad input.
+The address and token come from the flags (--url, --token), the environment ($HVDCLS_SERVE_URL,
+$HVDCLS_SERVE_TOKEN), else the service's state directory (server.json; token, the first
+admin's). Every refusal by the service is one line and exit status 2, like any other bad input.
 """
 from __future__ import annotations
 
@@ -68,9 +68,12 @@ def connect(args: argparse.Namespace) -> Client:
         except (OSError, ValueError, KeyError):
             raise UserError(f"no service address: give --url, set HVDCLS_SERVE_URL, or --state-dir of "
                             f"a running `hvdcls serve` (no {state_dir / 'server.json'})") from None
-    token = os.environ.get("HVDCLS_SERVE_TOKEN")
-    if token is None and (state_dir / "token").is_file():
-        token = (state_dir / "token").read_text().strip()
+    token = args.token or os.environ.get("HVDCLS_SERVE_TOKEN")
+    if token is None:
+        try:
+            token = (state_dir / "token").read_text().strip()
+        except OSError:  # not there, or not ours to read: the service says 401, naming the way
+            token = None
     return Client(url, token)
 
 
@@ -106,11 +109,16 @@ def progress_text(job: dict) -> str:
 
 def jobs(args: argparse.Namespace) -> int:
     params = {"state": args.job_state} if args.job_state else {}
+    if args.last is not None:
+        if args.last < 1:
+            raise UserError(f"--last {args.last}: must be >= 1")
+        params.update(limit=args.last, order="desc")
     found = connect(args).call("GET", "/jobs", params=params)
-    rows = [[str(j["id"]), j["name"] or "-", j["state"], j["backend"], str(j["np"]), hosts_text(j["hosts"]),
-             progress_text(j), when(j["submitted_at"])] for j in found]
-    print("\n".join(tables.text(["ID", "NAME", "STATE", "BACKEND", "NP", "HOSTS", "PROGRESS", "SUBMITTED"],
-                                rows, align=">")))
+    found = sorted(found, key=lambda j: j["id"])
+    rows = [[str(j["id"]), j["name"] or "-", j.get("owner") or "-", j["state"], j["backend"], str(j["np"]),
+             hosts_text(j["hosts"]), progress_text(j), when(j["submitted_at"])] for j in found]
+    header = ["ID", "NAME", "OWNER", "STATE", "BACKEND", "NP", "HOSTS", "PROGRESS", "SUBMITTED"]
+    print("\n".join(tables.text(header, rows, align=">")))
     return 0
 
 
@@ -119,7 +127,8 @@ def status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(job, indent=2, sort_keys=True))
         return 0
-    for label, value in (("job", f"{job['id']} {job['name'] or ''}".strip()), ("state", job["state"]),
+    for label, value in (("job", f"{job['id']} {job['name'] or ''}".strip()), ("owner", job.get("owner")),
+                         ("state", job["state"]),
                          ("backend", f"{job['backend']}, np {job['np']}"), ("hosts", hosts_text(job["hosts"])),
                          ("elastic", elastic_text(job)),
                          ("progress", progress_text(job)), ("run dir", job["run_dir"] or "-"),

@@ -1,4 +1,4 @@
-"""The service's subcommands for `hvdcls` (serve, submit, jobs, status, logs, cancel).
+"""The service's subcommands for `hvdcls` (serve, serve token, submit, jobs, status, logs, cancel).
 
 Only argparse here: FastAPI, uvicorn and httpx are imported when a command runs, so
 `hvdcls --help` works without the `hvdcls[serve]` extra.
@@ -16,9 +16,9 @@ DEFAULT_STATE_DIR = Path(os.environ.get("HVDCLS_STATE_DIR", "~/.hvdcls/serve")).
 DEFAULT_PORT = 8470
 
 
-def client(name: str):
-    """A handler calling hvdcls.serve.client.<name>(args), imported on use."""
-    return lambda args: getattr(importlib.import_module("hvdcls.serve.client"), name)(args)
+def client(name: str, module: str = "hvdcls.serve.client"):
+    """A handler calling <module>.<name>(args), imported on use."""
+    return lambda args: getattr(importlib.import_module(module), name)(args)
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -44,7 +44,10 @@ def run_serve(args: argparse.Namespace) -> int:
         resize_cooldown_seconds=args.resize_cooldown, network_interface=args.network_interface,
         job_metrics=args.job_metrics, executor=args.executor, slurm=slurm_options(args),
         poll_seconds=1.0 if args.executor == "slurm" else 0.25)
-    return importlib.import_module("hvdcls.serve.app").serve(settings, args.bind, args.port)
+    if args.reserve_mb < 0:
+        raise UserError(f"--reserve-mb {args.reserve_mb:g}: must be >= 0")
+    return importlib.import_module("hvdcls.serve.app").serve(settings, args.bind, args.port, args.open_metrics,
+                                                             args.reserve_mb)
 
 
 def slurm_options(args: argparse.Namespace):
@@ -131,14 +134,42 @@ def add_serve(sub) -> None:
                              "sets output.metrics_port), listed for Prometheus by GET /targets")
     parser.add_argument("--executor", choices=("hosts", "slurm"), default="hosts",
                         help="hosts: the service's queue on --hosts; slurm: each job becomes an sbatch job")
+    parser.add_argument("--open-metrics", action="store_true",
+                        help="GET /metrics and /targets without a token (for a Prometheus that has none); "
+                             "every other request still needs one")
+    parser.add_argument("--reserve-mb", type=float, default=64.0, metavar="MB",
+                        help="refuse submissions (HTTP 507) while the state directory's file system has "
+                             "less free (default 64)")
     add_slurm_options(parser, "--executor slurm: defaults a spec's slurm field overrides")
     parser.set_defaults(handler=run_serve)
+    add_token_commands(parser)
+
+
+def add_token_commands(serve: argparse.ArgumentParser) -> None:
+    """`hvdcls serve token add|list|revoke`: the users, on the service's state directory."""
+    token = serve.add_subparsers(dest="serve_command", metavar="token").add_parser(
+        "token", help="the users and their tokens (one each) in the service's state directory")
+    commands = token.add_subparsers(dest="token_command", metavar="add|list|revoke", required=True)
+    add = commands.add_parser("add", help="make a user and print their token (shown once; kept hashed)")
+    add.add_argument("name", help="letters, digits and _ . @ -")
+    add.add_argument("--admin", action="store_true", help="may cancel any user's job")
+    add.set_defaults(handler=client("run_add", "hvdcls.serve.users"))
+    listed = commands.add_parser("list", help="the users: admin or not, since when")
+    listed.set_defaults(handler=client("run_list", "hvdcls.serve.users"))
+    revoke = commands.add_parser("revoke", help="remove a user: their token stops working at once")
+    revoke.add_argument("name")
+    revoke.set_defaults(handler=client("run_revoke", "hvdcls.serve.users"))
+    for parser in (add, listed, revoke):
+        # SUPPRESS: a --state-dir given before `token` is not undone by this parser's default.
+        parser.add_argument("--state-dir", type=Path, default=argparse.SUPPRESS,
+                            help=f"the service's state directory (default {DEFAULT_STATE_DIR})")
 
 
 def add_connection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", help="the service (default: $HVDCLS_SERVE_URL, else STATE_DIR/server.json)")
+    parser.add_argument("--token", help="your token (default: $HVDCLS_SERVE_TOKEN, else STATE_DIR/token)")
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
-                        help="where the service keeps its token and address")
+                        help="where the service keeps its address and the first admin's token")
 
 
 def add_client_commands(sub) -> None:
@@ -159,6 +190,7 @@ def add_client_commands(sub) -> None:
     submit.set_defaults(handler=client("submit"))
     jobs = sub.add_parser("jobs", help="the service's queue and what runs where")
     jobs.add_argument("--state", dest="job_state", help="only jobs in this state")
+    jobs.add_argument("--last", type=int, metavar="N", help="only the N newest (in submission order)")
     jobs.set_defaults(handler=client("jobs"))
     status = sub.add_parser("status", help="one job: state, hosts, progress, last metrics, run directory")
     status.add_argument("job", type=int)

@@ -71,7 +71,7 @@ class Service:
 
     # --- what the API calls -----------------------------------------------------------------
 
-    def submit(self, spec: job_spec.JobSpec) -> Job:
+    def submit(self, spec: job_spec.JobSpec, owner: Optional[str] = None) -> Job:
         """Queue a job; UserError (naming the key) for a bad spec, TooLarge for an impossible one."""
         config = job_spec.resolve(spec, self.settings.data_roots)
         if spec.slurm is not None:
@@ -80,7 +80,7 @@ class Service:
             asked = f"max_np={spec.max_np}" if spec.elastic else f"np={spec.np}"
             raise TooLarge(f"{asked}: the inventory has {self.total_slots} slots in all "
                            f"({launch.hosts_arg(self.settings.inventory)})")
-        job = self.store.add(spec.model_dump(), config.training.epochs)
+        job = self.store.add(spec.model_dump(), config.training.epochs, owner)
         self.wake.set()
         return job
 

@@ -32,12 +32,12 @@ class SlurmService(Service):
     def options(self) -> slurm.Options:
         return self.settings.slurm or slurm.Options()
 
-    def submit(self, spec: job_spec.JobSpec) -> Job:
+    def submit(self, spec: job_spec.JobSpec, owner: Optional[str] = None) -> Job:
         """Write the run directory and sbatch it; Rejected (HTTP 400) with sbatch's reason."""
         config = job_spec.resolve(spec, self.settings.data_roots)
         if spec.elastic and self.job_options(spec).launcher == "mpirun":
             raise Refused("elastic: needs horovodrun (Horovod's elastic driver), not launcher mpirun")
-        job = self.store.add(spec.model_dump(), config.training.epochs)
+        job = self.store.add(spec.model_dump(), config.training.epochs, owner)
         run_dir = self.run_dir(job.id)
         try:
             script = self.write_run_dir(job, spec, config, run_dir)

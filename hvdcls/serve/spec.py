@@ -1,14 +1,23 @@
-"""What a job may ask for: one `hvdcls train` run, and nothing else.
+r"""What a job may ask for: one `hvdcls train` run, and nothing else.
 
 A spec names a backend, a process count and the run's settings (a mapping shaped like a
 `--config` file, plus `key=value` overrides). It is checked by the same code as `hvdcls train`
 (hvdcls.config.load), so a bad key is named exactly as the command line would name it. There is
 no free-form command; every path it names must lie under one of the service's data roots, and
 the paths the service owns (the run directory, Horovod's trace files) cannot be set.
+
+Nothing in a spec reaches a shell (the job runs `hvdcls train --config RUN_DIR/job.yaml`), but a
+spec is input from the network, so it is held to plain data anyway: a name is a label of
+letters, digits and `_ . : @ + -`; keys are dotted names; no string may hold a control
+character or one of SHELL_CHARACTERS (which also rules out OmegaConf's `${...}` interpolations:
+`${oc.env:...}` would read the service's environment into an error message); numbers are finite
+and fit in 64 bits; at most MAX_OVERRIDES overrides and MAX_SETTINGS values of settings.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -26,6 +35,12 @@ SERVICE_OWNED = {
 }
 # Keys naming inputs: allowed only under the service's data roots.
 DATA_PATHS = ("data.path", "training.resume")
+
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:@+-]*$"
+KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+SHELL_CHARACTERS = ";&|$`<>\\!"
+MAX_OVERRIDES, MAX_SETTINGS, MAX_DEPTH = 1000, 5000, 8
+INT64 = 2**63 - 1
 
 
 class SlurmOptions(BaseModel):
@@ -49,13 +64,15 @@ class JobSpec(BaseModel):
     np: int = Field(ge=1, description="processes (slots), started together")
     settings: dict[str, Any] = Field(default_factory=dict,
                                      description="config sections, as in a --config YAML file")
-    overrides: list[str] = Field(default_factory=list, description="key=value, as on the command line")
-    name: Optional[str] = Field(default=None, max_length=100)
+    overrides: list[str] = Field(default_factory=list, max_length=MAX_OVERRIDES,
+                                 description="key=value, as on the command line")
+    name: Optional[str] = Field(default=None, max_length=100, pattern=NAME_PATTERN,
+                                description="a label: letters, digits and _ . : @ + -")
     elastic: bool = Field(default=False, description="Horovod elastic mode: the service shrinks the job "
                           "toward min_np to admit waiting jobs and grows it back toward max_np")
     min_np: Optional[int] = Field(default=None, ge=1, description="elastic: default 1")
     max_np: Optional[int] = Field(default=None, ge=1, description="elastic: default np")
-    hang_seconds: Optional[float] = Field(default=None, gt=0, description="end the job, failed, "
+    hang_seconds: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False, description="end the job, failed, "
                                           "after this long without output (default: the service's)")
     requeue: bool = Field(default=False, description="if a restart finds the job's processes gone: "
                           "queue it again, resuming from its latest checkpoint, instead of failing it")
@@ -67,6 +84,19 @@ class JobSpec(BaseModel):
     def known_backend(cls, value: str) -> str:
         if value not in registry.names():
             raise ValueError(f"unknown backend {value!r}: choose one of {', '.join(registry.names())}")
+        return value
+
+    @field_validator("overrides")
+    @classmethod
+    def plain_overrides(cls, value: list[str]) -> list[str]:
+        for item in value:
+            check_override(item)
+        return value
+
+    @field_validator("settings")
+    @classmethod
+    def plain_settings(cls, value: dict[str, Any]) -> dict[str, Any]:
+        check_settings(value)
         return value
 
     @model_validator(mode="after")
@@ -86,6 +116,66 @@ class JobSpec(BaseModel):
         return self.max_np if self.elastic else self.np
 
 
+def check_text(where: str, text: str) -> None:
+    """ValueError naming `where` when `text` holds a control character or a shell one."""
+    if "${" in text:
+        raise ValueError(f"{where}: ${{...}} interpolations are not allowed in a job spec")
+    bad = next((c for c in text if c in SHELL_CHARACTERS or ord(c) < 32 or 127 <= ord(c) < 160), None)
+    if bad is not None:
+        raise ValueError(f"{where}: {bad!r} is not allowed (no control characters, nor any of {SHELL_CHARACTERS})")
+
+
+def check_override(item: str) -> None:
+    key, sep, value = item.partition("=")
+    if not sep or not KEY.match(key.strip()):
+        raise ValueError(f"override {item[:80]!r}: not key=value with a dotted key (e.g. optimizer.lr=0.05)")
+    check_text(f"override {key.strip()}", value)
+
+
+def check_settings(settings: dict) -> None:
+    """Plain data only: dotted-name keys, plain strings, finite 64-bit numbers, bounded size."""
+    seen = 0
+    pending = [("settings", settings, 1)]
+    while pending:
+        where, value, depth = pending.pop()
+        seen += 1
+        if seen > MAX_SETTINGS or depth > MAX_DEPTH:
+            raise ValueError(f"settings: larger than a config ({MAX_SETTINGS} values, {MAX_DEPTH} levels at most)")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not KEY.match(key) or "." in key:
+                    raise ValueError(f"{where}: key {key[:80]!r} is not a name")
+                pending.append((f"{where}.{key}", item, depth + 1))
+        elif isinstance(value, list):
+            pending.extend((f"{where}[{i}]", item, depth + 1) for i, item in enumerate(value))
+        else:
+            check_scalar(where, value)
+
+
+def check_scalar(where: str, value: Any) -> None:
+    if isinstance(value, str):
+        check_text(where, value)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where}: {value} is not a finite number")
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT64:
+        raise ValueError(f"{where}: {value} does not fit in 64 bits")
+
+
+def check_config(config: Any, prefix: str = "config ") -> None:
+    """The merged config's numbers, whichever layer set them (an override's `1e999` is inf).
+    Walks the dataclasses themselves: converting the config back to OmegaConf costs ~0.1 s."""
+    for item in dataclasses.fields(config):
+        value = getattr(config, item.name)
+        if dataclasses.is_dataclass(value):
+            check_config(value, f"{prefix}{item.name}.")
+            continue
+        for scalar in value if isinstance(value, list) else [value]:
+            try:
+                check_scalar(f"{prefix}{item.name}", scalar)
+            except ValueError as err:
+                raise UserError(str(err)) from None
+
+
 def resolve(spec: JobSpec, data_roots: list[Path]) -> cfg.Config:
     """The run's validated config; UserError naming the key when the spec is not allowed."""
     config = cfg.load(settings=spec.settings, overrides=spec.overrides,
@@ -96,6 +186,7 @@ def resolve(spec: JobSpec, data_roots: list[Path]) -> cfg.Config:
     for key, why in SERVICE_OWNED.items():
         if cfg.get(config, key) is not None:
             raise UserError(f"config {key}: cannot be set in a job spec ({why})")
+    check_config(config)
     for key in DATA_PATHS:
         value = cfg.get(config, key)
         if value is not None and not under_any(Path(value), data_roots):

@@ -1,4 +1,5 @@
-"""The job table: the queue itself, in SQLite (WAL), so that a restart loses nothing.
+"""The job table: the queue itself, in SQLite (WAL), so that a restart loses nothing; and the
+users table: who may call the API (hvdcls.serve.users), each by a hash of their token.
 
 Job ids grow with submission, so "queued, ordered by id" is the queue. Every change is one short
 transaction; SQLite serialises the writers (the API's threads and the service loop) and WAL lets
@@ -9,9 +10,23 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence, cast
 
-from sqlalchemy import Boolean, Float, Integer, String, Text, create_engine, event, func, inspect, select, text
+from sqlalchemy import (
+    Boolean,
+    CursorResult,
+    Float,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    event,
+    func,
+    inspect,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded", "failed", "cancelled"
@@ -53,12 +68,24 @@ class Job(Base):
     exit_status: Mapped[Optional[int]] = mapped_column(Integer)
     message: Mapped[Optional[str]] = mapped_column(Text)  # why it failed: reason + last log lines
     external_id: Mapped[Optional[str]] = mapped_column(String(64))  # its Slurm job id (--executor slurm)
+    owner: Mapped[Optional[str]] = mapped_column(String(64))  # the user who submitted it (users.name)
 
     def as_dict(self) -> dict[str, Any]:
         out = {c.name: getattr(self, c.name) for c in self.__table__.columns}
         out["spec"] = json.loads(self.spec)
         out["hosts"] = json.loads(self.hosts) if self.hosts else None
         return out
+
+
+class User(Base):
+    """One token per user; only its SHA-256 is kept (hvdcls.serve.users says why that is enough)."""
+
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
 
 
 class Store:
@@ -70,13 +97,13 @@ class Store:
         add_new_columns(self.engine)
         self.session = sessionmaker(self.engine, expire_on_commit=False)
 
-    def add(self, spec: dict, epochs: int) -> Job:
+    def add(self, spec: dict, epochs: int, owner: Optional[str] = None) -> Job:
         """A new queued job from a validated spec (JobSpec.model_dump())."""
         with self.session.begin() as session:
             job = Job(spec=json.dumps(spec, sort_keys=True), np=spec["np"], backend=spec["backend"],
                       name=spec["name"], requeue=spec["requeue"], elastic=spec["elastic"],
                       min_np=spec["min_np"], max_np=spec["max_np"], resizes=0, epochs=epochs,
-                      state=QUEUED, submitted_at=time.time(), attempts=0)
+                      state=QUEUED, submitted_at=time.time(), attempts=0, owner=owner)
             session.add(job)
         return job
 
@@ -91,10 +118,17 @@ class Store:
         with self.session() as session:
             return session.get(Job, job_id)
 
-    def list(self, states: tuple[str, ...] = STATES) -> list[Job]:
+    def list(self, states: tuple[str, ...] = STATES, limit: Optional[int] = None, offset: int = 0,
+             newest_first: bool = False) -> list[Job]:
+        """Jobs in `states` in submission order (or the reverse); a page of them with `limit`."""
+        order = Job.id.desc() if newest_first else Job.id
+        query = select(Job).where(Job.state.in_(states)).order_by(order).offset(offset).limit(limit)
         with self.session() as session:
-            return list(session.scalars(select(Job).where(Job.state.in_(states)).order_by(Job.id)))
+            return list(session.scalars(query))
 
+    def count(self, states: tuple[str, ...] = STATES) -> int:
+        with self.session() as session:
+            return session.scalar(select(func.count()).select_from(Job).where(Job.state.in_(states))) or 0
     def update(self, job_id: int, expect: Optional[tuple[str, ...]] = None, **fields) -> Optional[Job]:
         """Set `fields` on the job if its state is one of `expect` (any when None); the job
         after the change, or None when it was not in an expected state."""
@@ -119,6 +153,38 @@ class Store:
         """(submitted_at, started_at, first_step_at) rows of every job, for /metrics."""
         with self.session() as session:
             return list(session.execute(select(Job.submitted_at, Job.started_at, Job.first_step_at)))
+
+    # --- users (hvdcls.serve.users) ---------------------------------------------------------
+
+    def add_user(self, name: str, token_sha256: str, admin: bool) -> User:
+        with self.session.begin() as session:
+            user = User(name=name, token_sha256=token_sha256, admin=admin, created_at=time.time())
+            session.add(user)
+        return user
+
+    def user(self, name: str) -> Optional[User]:
+        with self.session() as session:
+            return session.get(User, name)
+
+    def user_by_token(self, token_sha256: str) -> Optional[User]:
+        with self.session() as session:
+            return session.scalar(select(User).where(User.token_sha256 == token_sha256))
+
+    def users(self) -> Sequence[User]:
+        with self.session() as session:
+            return list(session.scalars(select(User).order_by(User.created_at, User.name)))
+
+    def remove_user(self, name: str) -> None:
+        with self.session.begin() as session:
+            user = session.get(User, name)
+            if user is not None:
+                session.delete(user)
+
+    def claim_unowned(self, owner: str) -> int:
+        """Jobs from before there were users (no owner) become `owner`'s; how many."""
+        with self.session.begin() as session:
+            result = session.execute(update(Job).where(Job.owner.is_(None)).values(owner=owner))
+            return cast(CursorResult, result).rowcount
 
 
 def add_new_columns(engine) -> None:

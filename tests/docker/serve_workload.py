@@ -17,7 +17,8 @@ from pathlib import Path
 
 import httpx
 
-SERVICE = "http://127.0.0.1:8470"  # reading needs no token
+SERVICE = "http://127.0.0.1:8470"  # /targets needs no token (serve --open-metrics); /jobs does
+STATE_DIR = Path(os.environ.get("HVDCLS_STATE_DIR", "/shared/serve"))
 PROMETHEUS = "http://prometheus:9090"
 TIMEOUT = float(os.environ.get("WORKLOAD_TIMEOUT", "900"))
 JOB = ["training.epochs=3", "schedule.warmup_epochs=0", "training.log_every=1",
@@ -78,9 +79,11 @@ def main() -> None:
     out["job"] = hvdcls("submit", "--backend", "torch", "--np", "4", "--name", "J", *JOB)
     out["queued"] = hvdcls("submit", "--backend", "torch", "--np", "4", "--name", "Q")
     job, queued = (int(out[k]["stdout"].split()[1]) for k in ("job", "queued"))
+    admin = {"Authorization": f"Bearer {(STATE_DIR / 'token').read_text().strip()}"}  # the first admin's
+    out["read without a token"] = httpx.get(f"{SERVICE}/jobs/{job}").status_code
 
     def while_running():
-        state = httpx.get(f"{SERVICE}/jobs/{job}").json()
+        state = httpx.get(f"{SERVICE}/jobs/{job}", headers=admin).json()
         assert state["state"] in ("queued", "running"), state  # J ended before Prometheus saw it run
         answers = scraped(prometheus, SERVICE_SERIES)
         seen = (value(answers, "hvdcls_serve_queue_length"), value(answers, "hvdcls_serve_slots_in_use"),

@@ -65,8 +65,9 @@ def test_jobs_and_status_show_what_happened(workload):
     assert workload["queued"]["stdout"] == "job 2 queued (4 slots, torch)\n", workload["queued"]
     rows = {line.split()[0]: line.split() for line in workload["jobs"]["stdout"].splitlines()[1:]}
     assert sorted(rows) == ["1", "2"], workload["jobs"]["stdout"]
-    assert rows["1"][1:5] == ["J", "succeeded", "torch", "4"], rows["1"]
-    assert rows["2"][1:5] == ["Q", "cancelled", "torch", "4"], rows["2"]
+    assert rows["1"][1:6] == ["J", "admin", "succeeded", "torch", "4"], rows["1"]  # the first admin's token
+    assert rows["2"][1:6] == ["Q", "admin", "cancelled", "torch", "4"], rows["2"]
+    assert workload["read without a token"] == 401  # the cluster's network reaches it: nothing is open
     assert workload["jobs from the launcher"] == (0, workload["jobs"]["stdout"]), workload["jobs from the launcher"]
     status = {label.strip(): value for label, value in (line.split(": ", 1) for line in
                                                        workload["status"]["stdout"].splitlines() if ": " in line)}

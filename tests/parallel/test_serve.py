@@ -119,6 +119,7 @@ def refusals(server: Server, bad_token: httpx.Client) -> dict:
 
     return {
         "no token": seen(httpx.post(f"{server.url}/jobs", json={"np": 1})),
+        "read without a token": seen(httpx.get(f"{server.url}/jobs")),  # open metrics opens nothing else
         "wrong token": seen(bad_token.post("/jobs", json={"np": 1})),
         "cancel wrong token": seen(bad_token.post("/jobs/1/cancel")),
         "bad key": seen(server.http.post("/jobs", json={"np": 1, "overrides": ["training.epohcs=2"]})),
@@ -156,7 +157,8 @@ def metric(text: str, name: str) -> float:
 def workload(tmp_path_factory):
     root = tmp_path_factory.mktemp("serve")
     (root / "data" / "empty").mkdir(parents=True)
-    server = Server(root / "state", root / "data", root / "serve.log")
+    # --open-metrics: the test's Prometheus scrapes /metrics without a token, as the compose one does
+    server = Server(root / "state", root / "data", root / "serve.log", "localhost:4", "--open-metrics")
     seen: dict = {"server": server}
     server.start()
     prometheus = PrometheusServer(root / "prometheus")
@@ -316,6 +318,7 @@ def test_an_elastic_job_shrinks_for_a_waiting_job_and_grows_back(elastic_workloa
 def test_bad_requests_are_refused_naming_the_problem(workload):
     refused = workload["refusals"]
     assert refused["no token"][0] == refused["wrong token"][0] == refused["cancel wrong token"][0] == 401
+    assert refused["read without a token"][0] == 401
     assert "bearer token" in refused["wrong token"][1]
     bad_key = "config override: training.epohcs: Key 'epohcs' not in 'TrainingConfig'"
     assert refused["bad key"][0] == 422 and refused["bad key"][1].startswith(bad_key)

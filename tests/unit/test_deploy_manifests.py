@@ -102,8 +102,11 @@ def test_the_compose_service_serves_the_workers_where_its_prometheus_scrapes():
     services = compose()["services"]
     workers = [name for name, s in services.items() if s.get("command") == "worker"]
     command = services["service"]["command"]
-    assert command[-1] == "--job-metrics"  # what the scrape config's `hvdcls` job discovers
-    flags = dict(zip(command[1:-1:2], command[2:-1:2]))
+    # --job-metrics: what the scrape config's `hvdcls` job discovers; --open-metrics: its Prometheus has no token
+    switches = {"--job-metrics", "--open-metrics"}
+    assert switches <= set(command)
+    rest = [word for word in command[1:] if word not in switches]
+    flags = dict(zip(rest[::2], rest[1::2]))
     assert command[0] == "service" and flags["--hosts"] == ",".join(f"{w}:2" for w in workers)
     assert flags["--bind"] == "0.0.0.0"  # the other containers reach it; the network is private
     assert services["launcher"]["environment"]["HVDCLS_SERVE_URL"] == f"http://service:{flags['--port']}"

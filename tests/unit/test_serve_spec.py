@@ -176,3 +176,34 @@ def test_a_silent_job_is_ended_as_hung_and_a_cancelled_one_as_cancelled(tmp_path
     assert silent.state == FAILED and silent.message.startswith("hung: no output for "), silent.message
     assert silent.message.splitlines()[-1] == "epoch 1/2 step 3/10 loss 2.1"
     assert cancelled.state == CANCELLED and cancelled.message == "cancelled while running"
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"name": "a b"}, "name"), ({"name": "x;y"}, "name"), ({"name": "\x07"}, "name"),
+    ({"overrides": ["model.name=a|b"]}, "'|' is not allowed"),
+    ({"overrides": ["model.name=a\tb"]}, "'\\\\t' is not allowed"),
+    ({"overrides": ["data.path=${oc.env:HOME}"]}, "interpolations are not allowed"),
+    ({"overrides": ["+model.name=x"]}, "not key=value with a dotted key"),
+    ({"overrides": ["a=1"] * 1001}, "at most 1000 items"),
+    ({"settings": {"model": {"name": "${oc.env:HOME}"}}}, "settings.model.name: .* interpolations"),
+    ({"settings": {"optimizer": {"lr": float("nan")}}}, "settings.optimizer.lr: nan is not a finite number"),
+    ({"settings": {"training": {"epochs": 2**64}}}, "does not fit in 64 bits"),
+    ({"settings": {"data": {"a.b": 1}}}, "key 'a.b' is not a name"),
+    ({"settings": {"data": {"mean": [0.5, "x`id`"]}}}, r"settings.data.mean\[1\]: '`'"),
+    ({"settings": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": 1}}}}}}}}}, "8 levels at most"),
+    ({"settings": {"data": {f"k{i}": i for i in range(6000)}}}, "5000 values"),
+    ({"hang_seconds": float("inf")}, "finite number"),
+])
+def test_a_spec_is_plain_data(fields, words):
+    """Nothing in a spec reaches a shell, but it is network input: plain text, finite numbers."""
+    with pytest.raises(ValidationError, match=words):
+        JobSpec(np=1, **fields)
+
+
+def test_numbers_out_of_range_are_refused_whichever_layer_set_them():
+    for override, words in (("training.epochs=100000000000000000000", "training.epochs: 1e"),
+                            ("optimizer.lr=1e999", "optimizer.lr: inf is not a finite number")):
+        with pytest.raises(UserError, match=words.replace("1e", "100000")):
+            resolve(JobSpec(np=1, overrides=[override]), [])
+    spec = JobSpec(np=1, name="resnet-50_v2.1@alice", overrides=["data.mean=[0.5,0.5,0.5]", "model.name='x y'"])
+    assert spec.name == "resnet-50_v2.1@alice" and len(spec.overrides) == 2  # what people write still goes
