@@ -50,9 +50,9 @@ def test_baselines_read_the_imagefolder_only(report):
     for cell in data["cells"]:
         if cell["runner"] == "hvdcls" and cell["data"] == "imagefolder":
             assert positive(cell["vs_raw_horovod"])
-            assert positive(cell["horovod_vs_ddp"]) or cell["backend"] == "tensorflow"
+            assert positive(cell["horovod_vs_peer"]) or cell["backend"] == "tensorflow"
         if cell["runner"] == "hvdcls" and cell["data"] == "lmdb":
-            assert cell["vs_raw_horovod"] is None and cell["horovod_vs_ddp"] is None
+            assert cell["vs_raw_horovod"] is None and cell["horovod_vs_peer"] is None
 
 
 def test_the_table_names_the_data_of_every_row(report):
