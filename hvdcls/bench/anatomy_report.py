@@ -31,6 +31,7 @@ from hvdcls.observe.timeline import EventStream, merged_spans
 
 ROLES = [  # (pattern over a thread's perf libraries and symbols, role), first match wins
     (r"TimelineWriter", "Horovod timeline writer"),
+    (r"gloo::transport::tcp::Loop", "Gloo transport loop"),
     # Horovod's extension (mpi_lib*.so) holds its background thread's code: negotiation, the
     # fusion buffer, and the Gloo collectives it runs itself.
     (r"mpi_lib|horovod::", "Horovod background"),
@@ -211,7 +212,8 @@ def profile_summary(directory: Path) -> Optional[dict]:
 
 def py_spy_summary(path: Path, top: int = 8) -> Optional[dict]:
     """py-spy's raw (collapsed) stacks: the frames most samples ended in (self) and the Python
-    functions most samples were inside (inclusive), as shares of rank 0's samples."""
+    functions most samples were inside (inclusive; not those every sample is inside, the call
+    chain down to the step), as shares of rank 0's samples."""
     if not path.exists():
         return None
     leaves: Counter[str] = Counter()
@@ -227,8 +229,13 @@ def py_spy_summary(path: Path, top: int = 8) -> Optional[dict]:
             leaves[frames[-1]] += int(count)
         for frame in {f for f in frames if ".py:" in f}:
             inside[frame] += int(count)
-    share = (lambda c: [(frame, n / total) for frame, n in c.most_common(top)]) if total else (lambda c: [])
-    return {"samples": total, "self": share(leaves), "inclusive": share(inside)}
+    for frame in [f for f, n in inside.items() if n == total]:
+        del inside[frame]
+
+    def shares(counts: Counter[str]) -> list[tuple[str, float]]:
+        return [(frame, n / total) for frame, n in counts.most_common(top)] if total else []
+
+    return {"samples": total, "self": shares(leaves), "inclusive": shares(inside)}
 
 
 def build(directory: Path) -> dict:
