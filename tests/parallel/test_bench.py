@@ -78,6 +78,10 @@ def test_the_machine_and_settings_are_recorded(report):
 def test_table_and_plot_are_written(report):
     out, data = report
     table = (out / "bench.md").read_text()
-    assert table.count("\n| ") == 1 + len(data["cells"])
+    rows = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")]
+    assert len([r for r in rows if r in ("hvdcls", "raw-horovod", "ddp", "mwms")]) == len(data["cells"])
+    # each stack at its best: hvdcls against DDP (torch) and against MWMS (TensorFlow), np=2
+    assert sorted(b["peer"] for b in data["best_vs_peer"]) == ["ddp", "mwms"]
+    assert len([r for r in rows if r in ("torch", "tensorflow")]) == 2
     png = (out / "bench.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
