@@ -12,37 +12,15 @@ import keras
 import tensorflow as tf
 from common import measure, parse, write
 from tf_input import batches
-
-
-def keras_model(name: str, image_size: int) -> keras.Model:
-    wanted = name.replace("_", "").lower()
-    constructor = next(getattr(keras.applications, n) for n in dir(keras.applications)
-                       if n.replace("_", "").lower() == wanted)
-    return constructor(weights=None, input_shape=(image_size, image_size, 3), classes=10)
-
-
-def use_device(device: str, local_rank: int) -> None:
-    gpus = tf.config.list_physical_devices("GPU")
-    if device == "cuda":
-        tf.config.experimental.set_memory_growth(gpus[local_rank], True)
-        tf.config.set_visible_devices(gpus[local_rank], "GPU")
-        keras.mixed_precision.set_global_policy("mixed_float16")
-    else:
-        tf.config.set_visible_devices([], "GPU")
+from tf_step import model_and_optimizer, set_threads, use_device
 
 
 def main() -> None:
     args = parse(__doc__.splitlines()[0])
     hvd.init()
-    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    set_threads(args.threads)
     use_device(args.device, hvd.local_rank())
-    keras.utils.set_random_seed(0)
-    model = keras_model(args.model, args.image_size)
-    optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
-    if args.device == "cuda":
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    optimizer.build(model.trainable_variables)
+    model, optimizer = model_and_optimizer(args)
     compression = hvd.Compression.fp16 if args.compression == "fp16" else hvd.Compression.none
     variables = [v.value for v in model.trainable_variables]
     hvd.broadcast_variables([v.value for v in model.variables], root_rank=0)

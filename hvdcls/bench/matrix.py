@@ -4,13 +4,16 @@
     hvdcls bench --backends torch --np 1 2 --compression none fp16 --batch-size 16 32 \\
         --model resnet50 --image-size 64 --output-dir runs/bench
 
-Each cell is its own launch (`horovodrun --gloo -np N -H localhost:N`, or `torchrun` for DDP) of
-a worker that times steps on a batch held in memory (hvdcls.bench.worker; benchmarks/*.py for
-the baselines, which use no hvdcls code). Warm-up steps are excluded, each cell is measured
-`--reps` times and the median is reported with the min-max spread. Every cell of one bench run
+Each cell is its own launch (`horovodrun --gloo -np N -H localhost:N`; for the frameworks' own
+data parallelism, hvdcls.bench.peers: `torchrun` for DDP, TF_CONFIG workers for TensorFlow's
+MultiWorkerMirroredStrategy) of a worker that times steps on a batch held in memory
+(hvdcls.bench.worker; benchmarks/*.py for the baselines, which use no hvdcls code). Warm-up
+steps are excluded, each cell is measured `--reps` times and the median is reported with the
+min-max spread. Every cell of one bench run
 gets the same threads per process and the same Horovod fusion/cycle settings, so ratios within
 one run compare like with like: hvdcls / raw Horovod (what our interface costs) and
-raw Horovod / DDP (Horovod against the framework's own data parallelism).
+Horovod / its peer, DDP or MultiWorkerMirroredStrategy (Horovod against the framework's own
+data parallelism).
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ from typing import Optional
 
 from hvdcls import fileio, gpu, horovod_env, launch, registry
 from hvdcls.bench import data as bench_data
-from hvdcls.bench import guard, slow
+from hvdcls.bench import guard, peers, slow
 from hvdcls.config import Compression, HorovodConfig
 from hvdcls.errors import UserError
 from hvdcls.flags import option
@@ -40,11 +43,13 @@ from hvdcls.flags import option
 BASELINES_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 BASELINE_SCRIPTS = {("raw-horovod", "torch"): "raw_horovod_torch.py",
                     ("raw-horovod", "tensorflow"): "raw_horovod_tf.py",
-                    ("ddp", "torch"): "ddp_torch.py"}
+                    ("ddp", "torch"): "ddp_torch.py",
+                    ("mwms", "tensorflow"): "mwms_tf.py"}
+BASELINE_RUNNERS = ("raw-horovod", *peers.PEERS.values())
 BYTES_PER_ELEMENT = {"none": 4, "fp16": 2}
 COMPRESSIONS = typing.get_args(Compression)  # what horovod.compression accepts
-# Raw Horovod has no PowerSGD; DDP has its own (torch.distributed's powerSGD_hook).
-NO_BASELINE = {("raw-horovod", "powersgd")}
+# Raw Horovod has no PowerSGD; DDP has its own (torch.distributed's powerSGD_hook); MWMS no compression.
+NO_BASELINE = {("raw-horovod", "powersgd"), *peers.UNSUPPORTED}
 
 
 @dataclass
@@ -66,7 +71,10 @@ class BenchSpec:
     # Drift hits every cell alike.
     rounds: int = option(1, help="run the whole matrix this many times, interleaved, pooling the "
                          "repetitions (evens out a drifting machine)")
-    baselines: bool = option(True, help="skip the DDP and raw-Horovod loops")  # --no-baselines
+    baselines: bool = option(True, help="skip the baseline loops (raw Horovod, DDP, MWMS)")  # --no-baselines
+    baseline_runners: list[str] = option(list(BASELINE_RUNNERS), choices=BASELINE_RUNNERS,
+                                         help="which baselines run beside the hvdcls cells "
+                                         "(ddp: torch, mwms: TensorFlow's MultiWorkerMirroredStrategy)")
     # `hvdcls train`'s defaults (NOTES: 16-32 MB and 5-10 ms suit this machine)
     fusion_threshold_mb: float = horovod_env.DEFAULTS["fusion_threshold_mb"]
     cycle_time_ms: float = horovod_env.DEFAULTS["cycle_time_ms"]
@@ -137,8 +145,9 @@ def cells(spec: BenchSpec) -> list[Cell]:
     # each compiled cell right after its plain one: a round measures the two side by side
     out = [replace(c, compile=mode) for c in out for mode in spec.compiles]
     if spec.baselines:
-        # DDP's torchrun does not cross our namespaces (nor run under --slow-rank's wrapper).
-        runners = ("raw-horovod",) if spec.link_mbit or spec.slow_rank else ("raw-horovod", "ddp")
+        runners = [r for r in spec.baseline_runners if r == "raw-horovod" or not spec.slow_rank]
+        if spec.link_mbit:  # the peers that cross the namespaces; the others would not be comparable
+            runners = [r for r in runners if r == "raw-horovod" or r in peers.ACROSS_LINK]
         out += [Cell(runner, c.backend, *c.key()[1:]) for c in list(out)
                 if c.balance == "off" and c.compile == "off"
                 for runner in runners if (runner, c.backend) in BASELINE_SCRIPTS
@@ -168,10 +177,10 @@ def command(cell: Cell, spec: BenchSpec, out: Path, hosts=None, throttle=None) -
                    "--balance", cell.balance, "--compile", cell.compile]
     else:
         program = [sys.executable, str(BASELINES_DIR / BASELINE_SCRIPTS[(cell.runner, cell.backend)]), *args]
-    if throttle is not None and cell.np > throttle[1] and cell.runner != "ddp":
+    if cell.runner in peers.PEERS.values():
+        return peers.command(cell.runner, cell.np, program, hosts)
+    if throttle is not None and cell.np > throttle[1]:
         program = slow.wrap(program, *throttle)
-    if cell.runner == "ddp":
-        return [launch.venv_tool("torchrun"), "--standalone", f"--nproc_per_node={cell.np}", *program[1:]]
     if cell.np == 1:
         return program
     if hosts is not None:  # one rank per namespace "host", every byte over the shaped link
@@ -304,6 +313,8 @@ def summarise(cell: Cell, raw: dict) -> dict:
             "horovod_settings": raw.get("horovod_settings", {}), "versions": raw.get("versions", {}),
             "balance_plan": (raw.get("balance") or {}).get("batches"),
             "first_step_seconds": raw.get("first_step_seconds"),
+            # the peer's own settings: DDP's buckets and hook, MWMS's collective and its checks
+            "runner_settings": raw.get("ddp") or raw.get("mwms"),
             **guard.summarise(raw.get("outside", []))}
 
 
@@ -317,10 +328,12 @@ def add_ratios(results: list[dict]) -> None:
         key = Cell.of(r).key()
         mine = speed[(r["runner"], key)]
         single = speed.get((r["runner"], (key[0], 1, "none", *key[3:6], "off", key[7])))
-        raw, ddp = speed.get(("raw-horovod", key)), speed.get(("ddp", key))
+        raw, peer = speed.get(("raw-horovod", key)), speed.get((peers.peer(r["backend"]), key))
         r["scaling_efficiency"] = mine / (r["np"] * single) if single else None
         r["vs_raw_horovod"] = mine / raw if raw and r["runner"] == "hvdcls" else None
-        r["horovod_vs_ddp"] = mine / ddp if ddp and r["runner"] in ("hvdcls", "raw-horovod") else None
+        # against the framework's own data parallelism: DDP for torch, MWMS for TensorFlow
+        r["peer"] = peers.peer(r["backend"])
+        r["horovod_vs_peer"] = mine / peer if peer and r["runner"] in ("hvdcls", "raw-horovod") else None
         off = speed.get((r["runner"], (*key[:6], "off", key[7])))
         r["vs_balance_off"] = mine / off if off and r["balance"] != "off" else None
         plain = speed.get((r["runner"], (*key[:7], "off")))
@@ -457,7 +470,8 @@ def run(spec: BenchSpec, output_dir: Path, progress: bool = True) -> dict:
             bar.set_description("all-reduce sweep")
             sweep = allreduce_sweep(spec, hosts, Path(scratch))
     add_ratios(results)
-    report = {"machine": machine(), "spec": asdict(spec), "cells": results, "allreduce_sweep": sweep}
+    report = {"machine": machine(), "spec": asdict(spec), "cells": results,
+              "best_vs_peer": peers.best_against_peers(results), "allreduce_sweep": sweep}
     output_dir.mkdir(parents=True, exist_ok=True)
     write_outputs(report, output_dir)
     fileio.write_json_atomic(output_dir / "bench.json", report)

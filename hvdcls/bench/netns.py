@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -203,6 +204,17 @@ class ShapedHosts:
         return self.in_first([horovodrun, "--gloo", "-np", str(np), "-H", hosts, "-p", str(SSH_PORT),
                               "--ssh-identity-file", str(self.identity),
                               "--network-interface", INTERFACE, *program])
+
+    def on_each(self, commands: list[list[str]]) -> list[str]:
+        """One command that runs commands[i] on host i (in its namespace, under its own host
+        name), all at once, for launchers without ssh (torchrun's nodes); the first to fail
+        stops the others and its status is the command's."""
+        started = " ".join(
+            shlex.join(["ip", "netns", "exec", ns, *own_hostname(address), *cmd]) + " &"
+            for ns, address, cmd in zip(self.namespaces, self.addresses, commands))
+        each = " ".join("x" * len(commands))
+        return ["bash", "-c", f"{started} for _ in {each}; do wait -n || "
+                "{ status=$?; kill $(jobs -p) 2>/dev/null; exit $status; }; done"]
 
     def close(self) -> None:
         for sshd in self.sshds:

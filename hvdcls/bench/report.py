@@ -9,7 +9,7 @@ from hvdcls.bench.guard import BUSY_SHARE
 
 COLUMNS = ["runner", "backend", "np", "compression", "batch", "model", "data", "balance", "compile",
            "img/s (median)", "spread", "img/s/worker", "scaling eff.", "step ms", "1st step s",
-           "allreduce wait", "data wait", "MB/step", "vs raw Horovod", "Horovod/DDP",
+           "allreduce wait", "data wait", "MB/step", "vs raw Horovod", "Horovod/peer",
            "vs balance off", "vs compile off", "outside CPU"]
 
 
@@ -22,7 +22,7 @@ def megabytes(num_bytes):
 
 
 def row(cell: dict) -> list[str]:
-    head = [cell["runner"], cell["backend"], str(cell["np"]), cell["compression"],
+    head = [cell["runner"], cell["backend"], str(cell["np"]), compression_label(cell),
             str(cell["batch_size"]), cell["model"], data_label(cell), balance_label(cell),
             cell.get("compile", "off")]
     if "error" in cell:
@@ -35,8 +35,32 @@ def row(cell: dict) -> list[str]:
                    fmt(cell["communication_share"], "{:.0%}"),
                    fmt(cell.get("data_wait_share"), "{:.0%}"),
                    fmt(megabytes(cell["allreduce_bytes_per_step"]), "{:.2f}"),
-                   fmt(cell["vs_raw_horovod"]), fmt(cell["horovod_vs_ddp"]),
+                   fmt(cell["vs_raw_horovod"]), fmt(cell.get("horovod_vs_peer")),
                    fmt(cell.get("vs_balance_off")), fmt(cell.get("vs_compile_off")), outside_label(cell)]
+
+
+def compression_label(cell: dict) -> str:
+    """The compression; for a DDP cell its hook's bucket count where DDP was held to one bucket
+    (its PowerSGD hook aborts or hangs on gloo with several in flight)."""
+    settings = cell.get("runner_settings") or {}
+    if cell["runner"] == "ddp" and settings.get("buckets") == 1 and cell["compression"] == "powersgd":
+        return f"{cell['compression']} (1 bucket)"
+    return cell["compression"]
+
+
+def best_lines(rows: list[dict]) -> list[str]:
+    """Each stack at its best: hvdcls's fastest compression against its peer's fastest."""
+    if not rows:
+        return []
+    header = ["backend", "np", "batch", "model", "data", "hvdcls best", "img/s", "peer best", "img/s",
+              "hvdcls / peer"]
+    cells = [[r["backend"], str(r["np"]), str(r["batch_size"]), r["model"], r["data"],
+              r["hvdcls_compression"], f"{r['hvdcls_images_per_sec']:.1f}",
+              f"{r['peer']} {r['peer_compression']}", f"{r['peer_images_per_sec']:.1f}",
+              f"{r['ratio']:.2f}"] for r in rows]
+    return ["", "Each stack with its fastest compression (np>1; the peer is DDP with its own "
+            "communication hooks for torch, MultiWorkerMirroredStrategy for TensorFlow):", "",
+            *tables.markdown(header, cells)]
 
 
 def balance_label(cell: dict) -> str:
@@ -73,11 +97,14 @@ def markdown(report: dict) -> str:
              "loader with N workers per rank; data wait: share of the step blocked waiting for "
              "the next batch; balance: training.balance and the per-rank batches it settled on; "
              "compile: training.compile (torch.compile / XLA); 1st step s: the first step, "
-             "which compiles when it is on (untimed, as are the steps after it)"
+             "which compiles when it is on (untimed, as are the steps after it); Horovod/peer: "
+             "against the framework's own data parallelism, DDP (torch; powersgd in one bucket) "
+             "or MultiWorkerMirroredStrategy (TensorFlow, uncompressed only)"
              + slow_label(report["spec"]) + "; outside CPU: what processes other than the bench "
              "used while the cell ran (the worst round), as a share of the machine; `!`: over "
              f"{BUSY_SHARE:.0%}, so the cell's figures are not to be trusted.", "",
              *tables.markdown(COLUMNS, map(row, report["cells"]))]
+    lines += best_lines(report.get("best_vs_peer") or [])
     return "\n".join(lines + sweep_lines(report.get("allreduce_sweep"))) + "\n"
 
 
@@ -144,7 +171,7 @@ def plot(report: dict, path: Path) -> None:
     medians = [c["images_per_sec"]["median"] for c in good]
     errors = [[m - c["images_per_sec"]["min"] for m, c in zip(medians, good)],
               [c["images_per_sec"]["max"] - m for m, c in zip(medians, good)]]
-    colours = {"hvdcls": "tab:blue", "raw-horovod": "tab:orange", "ddp": "tab:green"}
+    colours = {"hvdcls": "tab:blue", "raw-horovod": "tab:orange", "ddp": "tab:green", "mwms": "tab:red"}
     figure = Figure(figsize=(max(6.0, 0.9 * len(good) + 2), 5), dpi=100)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()

@@ -14,7 +14,9 @@ benchmarks/ holds the baselines that write the same JSON without any hvdcls code
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
+import os
 import time
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import numpy as np
 
 from hvdcls import config as cfg
 from hvdcls import fileio, horovod_env, registry
+from hvdcls.bench import anatomy
 from hvdcls.bench import data as bench_data
 from hvdcls.data import datasets
 from hvdcls.data.batches import EpochBatches, LoaderWait
@@ -34,6 +37,10 @@ BALANCE_SETTLE_STEPS = 15  # --balance dynamic: untimed steps for the plan to se
 # --compile on: untimed steps after the first (which compiles), before the warm-up; a graph
 # that recompiles (a guard that fails on the second call) does it within these
 COMPILE_SETTLE_STEPS = 3
+# Experimental, off unless set (issue 27, phase A): "sleep" or "sleep:MICROSECONDS" makes the
+# torch step wait for its all-reduces by polling with a pause between polls, before Horovod's
+# synchronize() (whose wait spins on sched_yield, taking the core the communication needs).
+EXPERIMENTAL_WAIT = "HVDCLS_BENCH_WAIT"
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -58,6 +65,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "--batch-size x ranks in all (memory data only)")
     parser.add_argument("--compile", default="off", choices=["off", "on"],
                         help="on: training.compile (torch.compile / XLA)")
+    parser.add_argument("--anatomy", type=Path, metavar="DIR",
+                        help="tools/step_anatomy.py: each rank's thread counters over the timed "
+                        "steps into DIR (hvdcls.bench.anatomy)")
+    parser.add_argument("--anatomy-hooks", action="store_true",
+                        help="with --anatomy: also when each gradient is ready (torch)")
     return parser.parse_args(argv)
 
 
@@ -163,16 +175,55 @@ def timed_steps(backend, feed: Feed, steps: int) -> tuple[float, float | None]:
     return seconds, (sum(measured) if len(measured) == len(waits) else None)
 
 
-def measured_reps(backend, feed: Feed, args: argparse.Namespace, data_wait: LoaderWait | None):
-    """[(seconds, all-reduce wait, data wait or None)] per repetition, after the warm-up."""
+def measured_reps(backend, feed: Feed, args: argparse.Namespace, data_wait: LoaderWait | None,
+                  window=None):
+    """[(seconds, all-reduce wait, data wait or None)] per repetition, after the warm-up;
+    `window`: a context around the repetitions (the anatomy probe's)."""
     timed_steps(backend, feed, args.warmup)
     reps = []
     if data_wait is not None:
         data_wait.take()  # the warm-up's waits (loader start-up) are not measured
-    for _ in range(args.reps):
-        seconds, allreduce = timed_steps(backend, feed, args.steps)
-        reps.append((seconds, allreduce, None if data_wait is None else data_wait.take()))
+    with window or contextlib.nullcontext():
+        for _ in range(args.reps):
+            seconds, allreduce = timed_steps(backend, feed, args.steps)
+            reps.append((seconds, allreduce, None if data_wait is None else data_wait.take()))
     return reps
+
+
+def sleeping_wait(backend, setting: str | None) -> None:
+    """HVDCLS_BENCH_WAIT=sleep[:µs] (experimental, torch only): the optimizer's synchronize()
+    first sleeps until every outstanding all-reduce handle is done (Horovod's poll), then runs
+    Horovod's own, which then finds nothing left to wait for. The update is unchanged."""
+    optimizer = getattr(backend, "optimizer", None)
+    if not setting or optimizer is None or not hasattr(optimizer, "_handles"):
+        return  # Horovod's DistributedOptimizer only (not TensorFlow, not torch's PowerSGD)
+    if not setting.startswith("sleep"):
+        raise SystemExit(f"{EXPERIMENTAL_WAIT}={setting}: use sleep or sleep:MICROSECONDS")
+    pause = float(setting.partition(":")[2] or 100) / 1e6
+    from horovod.torch import poll  # the torch backend's binding, already loaded by it
+
+    synchronize = optimizer.synchronize
+
+    def wait_then_synchronize():
+        for handle, _ in list(optimizer._handles.values()):  # (handle, ctx) per parameter
+            while handle is not None and not poll(handle):
+                time.sleep(pause)
+        return synchronize()
+
+    optimizer.synchronize = wait_then_synchronize
+
+
+def anatomy_probe(args: argparse.Namespace, backend, rank: int) -> anatomy.Probe | None:
+    """--anatomy: the probe, its step timer on the backend's train_step and, with hooks, a
+    gradient-ready hook on every parameter of a torch model (TensorFlow's step is one graph)."""
+    if args.anatomy is None:
+        return None
+    probe = anatomy.Probe(args.anatomy, rank, hooks=args.anatomy_hooks)
+    named_parameters = getattr(getattr(backend, "model", None), "named_parameters", None)
+    if named_parameters is not None:
+        probe.watch_gradients(named_parameters())
+    backend.train_step = probe.timed(backend.train_step)
+    return probe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,7 +251,9 @@ def main(argv: list[str] | None = None) -> int:
         timed_steps(backend, feed, COMPILE_SETTLE_STEPS)
     if args.balance == "dynamic":  # the plan settles before timing starts
         timed_steps(backend, feed, BALANCE_SETTLE_STEPS)
-    reps = measured_reps(backend, feed, args, data_wait)
+    sleeping_wait(backend, os.environ.get(EXPERIMENTAL_WAIT))
+    probe = anatomy_probe(args, backend, ctx.rank)
+    reps = measured_reps(backend, feed, args, data_wait, probe.window() if probe else None)
     if ctx.is_main:
         out = result(args, ctx, info, settings, reps, (backend.communication() or {}).get("bytes_per_step"))
         out["first_step_seconds"] = first_step
@@ -220,6 +273,7 @@ def result(args: argparse.Namespace, ctx, info: dict, settings: dict, reps: list
         "images_per_sec": [args.batch_size * ctx.size / seconds for seconds in per_step],
         "allreduce_bytes_per_step": bytes_per_step,
         "device": args.device, "horovod_settings": settings, "versions": ctx.versions,
+        "experimental_wait": os.environ.get(EXPERIMENTAL_WAIT),
     }
     if args.data != "memory":  # rank 0's own wait; every rank reads the same way
         out["data_wait_seconds"] = [wait / args.steps for _, _, wait in reps]

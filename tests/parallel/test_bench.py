@@ -1,5 +1,6 @@
-"""A small real `hvdcls bench`: every cell and baseline runs (real horovodrun and torchrun) and
-every number it reports is positive and finite; the table and the plot are written."""
+"""A small real `hvdcls bench`: every cell and baseline runs (real horovodrun, torchrun and
+MultiWorkerMirroredStrategy workers) and every number it reports is positive and finite; the
+table and the plot are written."""
 import json
 import math
 import subprocess
@@ -8,7 +9,7 @@ import pytest
 
 from hvdcls import launch
 
-pytestmark = pytest.mark.parallel
+pytestmark = [pytest.mark.parallel, pytest.mark.timeout(1200)]  # the launch's own bound, below
 NUMBERS = ["images_per_sec_per_worker", "parameters", "threads_per_rank"]
 
 
@@ -32,7 +33,7 @@ def test_every_cell_ran_with_positive_finite_numbers(report):
     _, data = report
     runners = {(c["runner"], c["backend"]) for c in data["cells"]}
     assert runners == {("hvdcls", "torch"), ("hvdcls", "tensorflow"), ("raw-horovod", "torch"),
-                       ("raw-horovod", "tensorflow"), ("ddp", "torch")}
+                       ("raw-horovod", "tensorflow"), ("ddp", "torch"), ("mwms", "tensorflow")}
     for cell in data["cells"]:
         assert "error" not in cell, cell
         for name in NUMBERS:
@@ -47,8 +48,23 @@ def test_every_cell_ran_with_positive_finite_numbers(report):
             assert positive(cell["allreduce_bytes_per_step"]) and positive(cell["ring_bytes_sent_per_rank"])
         if cell["runner"] == "hvdcls" and cell["np"] == 2:
             assert positive(cell["vs_raw_horovod"])
-        if cell["backend"] == "torch" and cell["np"] == 2 and cell["runner"] != "ddp":
-            assert positive(cell["horovod_vs_ddp"])
+        if cell["np"] == 2 and cell["runner"] in ("hvdcls", "raw-horovod"):
+            assert positive(cell["horovod_vs_peer"]), cell  # DDP for torch, MWMS for TensorFlow
+
+
+def test_mwms_ran_its_collectives_across_both_workers(report):
+    _, data = report
+    mwms = next(c for c in data["cells"] if c["runner"] == "mwms" and c["np"] == 2)
+    settings = mwms["runner_settings"]
+    assert settings["implementation"] == "RING" and settings["global_batch"] == 2 * 4
+    assert settings["tasks"] == [0.0, 1.0]  # both workers took part in the all-gather
+    # Each worker trained on its own batch; equal weights after it: the gradients were combined.
+    first, second = settings["weights_fingerprints"]
+    assert first > 0 and abs(first - second) <= 1e-6 * first, settings
+    hv = next(c for c in data["cells"] if c["runner"] == "hvdcls" and c["backend"] == "tensorflow"
+              and c["np"] == 2)
+    assert hv["peer"] == "mwms" and hv["horovod_vs_peer"] == (
+        hv["images_per_sec"]["median"] / mwms["images_per_sec"]["median"])
 
 
 def test_the_machine_and_settings_are_recorded(report):
@@ -62,6 +78,10 @@ def test_the_machine_and_settings_are_recorded(report):
 def test_table_and_plot_are_written(report):
     out, data = report
     table = (out / "bench.md").read_text()
-    assert table.count("\n| ") == 1 + len(data["cells"])
+    rows = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")]
+    assert len([r for r in rows if r in ("hvdcls", "raw-horovod", "ddp", "mwms")]) == len(data["cells"])
+    # each stack at its best: hvdcls against DDP (torch) and against MWMS (TensorFlow), np=2
+    assert sorted(b["peer"] for b in data["best_vs_peer"]) == ["ddp", "mwms"]
+    assert len([r for r in rows if r in ("torch", "tensorflow")]) == 2
     png = (out / "bench.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000

@@ -47,13 +47,33 @@ def test_namespaces_are_removed_when_the_job_fails():
     assert made == hosts.namespaces and hosts.exists() == []
 
 
-def test_the_sweep_times_gradients_under_each_fusion_setting_across_the_link(tmp_path):
+def sent_bytes(hosts: ShapedHosts, index: int) -> int:
+    """What host `index` has sent over its end of the link."""
+    stats = Path(f"/sys/class/net/{netns.INTERFACE}/statistics/tx_bytes")
+    return int(subprocess.run(["ip", "netns", "exec", hosts.namespaces[index], "cat", str(stats)],
+                              capture_output=True, text=True, check=True).stdout)
+
+
+def test_the_sweep_and_a_ddp_cell_cross_the_link(tmp_path):
+    """The sweep times gradients under each fusion setting; then DDP, one torchrun node in each
+    namespace, trains across the same link with its PowerSGD hook in one bucket."""
     from hvdcls.bench import matrix as bench
 
     spec = bench.BenchSpec(models=["mobilenet_v3_small"], link_mbit=1000, sweep_fusion_mb=[0.0, 32.0],
-                           sweep_cycle_ms=[5.0], timeout=300)
+                           sweep_cycle_ms=[5.0], timeout=300, image_size=32, warmup=2, steps=1, reps=1)
+    ddp = bench.Cell("ddp", "torch", 2, "powersgd", 4, "mobilenet_v3_small")
     with ShapedHosts(Link(rate_mbit=spec.link_mbit)) as hosts:
         sweep = bench.allreduce_sweep(spec, hosts, tmp_path)
+        before = [sent_bytes(hosts, i) for i in (0, 1)]
+        cell = bench.run_cell(ddp, spec, tmp_path, hosts)
+        sent = [sent_bytes(hosts, i) - before[i] for i in (0, 1)]
+    assert "error" not in cell, cell
+    assert cell["world_size"] == 2 and cell["images_per_sec"][0] > 0
+    assert cell["ddp"]["hook"] == "powerSGD_hook" and cell["ddp"]["buckets"] == 1, cell["ddp"]
+    # The parameters' broadcast and the two uncompressed warm-up steps (PowerSGD starts at the
+    # third) crossed the link both ways: each rank sent at least a model's float32 twice.
+    model_bytes = 4 * 1_500_000  # mobilenet_v3_small, 10 classes: 1.53 M parameters
+    assert all(n > 2 * model_bytes for n in sent), sent
     assert "error" not in sweep, sweep
     assert [(r["fusion_mb"], r["cycle_ms"]) for r in sweep["gradients"]] == [(32.0, 5.0), (0.0, 5.0)]
     bucket, ranks = bucket_bytes(Link(rate_mbit=spec.link_mbit)), sweep["world_size"]

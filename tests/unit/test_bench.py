@@ -19,8 +19,10 @@ def test_the_matrix_and_its_matching_baselines():
     assert len(hv) == 4
     assert {(c.runner, c.backend) for c in cells} == {
         ("hvdcls", "torch"), ("hvdcls", "tensorflow"), ("raw-horovod", "torch"),
-        ("raw-horovod", "tensorflow"), ("ddp", "torch")}
-    assert len(cells) == 4 + 4 + 2  # DDP exists for torch only
+        ("raw-horovod", "tensorflow"), ("ddp", "torch"), ("mwms", "tensorflow")}
+    assert len(cells) == 4 + 4 + 2 + 2  # each backend's own peer: DDP for torch, MWMS for TF
+    spec.baseline_runners = ["ddp"]
+    assert {c.runner for c in bench.cells(spec)} == {"hvdcls", "ddp"}
     spec.baselines = False
     assert all(c.runner == "hvdcls" for c in bench.cells(spec))
 
@@ -49,8 +51,8 @@ def test_ratios_compare_like_with_like():
     by = {(r["runner"], r["np"]): r for r in results}
     assert by[("hvdcls", 2)]["scaling_efficiency"] == 0.75
     assert by[("hvdcls", 2)]["vs_raw_horovod"] == 150.0 / 160.0
-    assert by[("raw-horovod", 2)]["horovod_vs_ddp"] == 0.8
-    assert by[("ddp", 2)]["vs_raw_horovod"] is None and by[("ddp", 2)]["horovod_vs_ddp"] is None
+    assert by[("raw-horovod", 2)]["horovod_vs_peer"] == 0.8
+    assert by[("ddp", 2)]["vs_raw_horovod"] is None and by[("ddp", 2)]["horovod_vs_peer"] is None
 
 
 def test_a_failed_cell_is_a_row_not_a_crash():
@@ -89,7 +91,7 @@ def test_counted_bytes_win_over_the_parameter_estimate():
     unknown = bench.summarise(bench.Cell("ddp", "torch", 2, "powersgd", 16, "m"), raw([100.0], 1000))
     assert unknown["allreduce_bytes_per_step"] is None and unknown["ring_bytes_sent_per_rank"] is None
     shown = bench_report.row({**unknown, "scaling_efficiency": 1.0, "vs_raw_horovod": None,
-                              "horovod_vs_ddp": None})
+                              "horovod_vs_peer": None})
     assert shown[bench_report.COLUMNS.index("MB/step")] == "-"
 
 
@@ -134,7 +136,7 @@ def test_data_is_a_dimension_and_lmdb_has_no_baselines():
     cells = bench.cells(spec)
     assert len([c for c in cells if c.runner == "hvdcls"]) == 2 * 2 * 3
     assert {c.data for c in cells if c.runner != "hvdcls"} == {"memory", "imagefolder"}
-    assert len([c for c in cells if c.runner != "hvdcls"]) == 2 * (2 + 2 + 2)
+    assert len([c for c in cells if c.runner != "hvdcls"]) == 2 * (2 + 2 + 2 + 2)
     assert bench.Cell("hvdcls", "torch", 1, "none", 16, "m").data == "memory"
 
 
@@ -171,7 +173,7 @@ def test_ratios_never_cross_data_modes():
     folder = next(r for r in results if r["runner"] == "hvdcls" and r["np"] == 2)
     assert folder["scaling_efficiency"] == 120.0 / (2 * 80.0)  # not against memory's 100
     assert folder["vs_raw_horovod"] is None  # the raw Horovod cell read memory
-    assert folder["horovod_vs_ddp"] == 120.0 / 200.0
+    assert folder["horovod_vs_peer"] == 120.0 / 200.0
 
 
 def test_the_table_shows_data_and_its_wait():
@@ -191,3 +193,73 @@ def test_the_table_shows_data_and_its_wait():
 def test_the_baseline_scripts_are_found_in_a_source_checkout():
     for script in bench.BASELINE_SCRIPTS.values():
         assert (bench.BASELINES_DIR / script).is_file(), script
+
+
+def test_each_backend_is_compared_with_its_own_peer():
+    results = [bench.summarise(bench.Cell(r, b, 2, "none", 16, "m"), raw([v]))
+               for r, b, v in [("hvdcls", "torch", 150.0), ("ddp", "torch", 200.0),
+                               ("hvdcls", "tensorflow", 120.0), ("mwms", "tensorflow", 100.0),
+                               ("raw-horovod", "tensorflow", 125.0)]]
+    bench.add_ratios(results)
+    by = {(r["runner"], r["backend"]): r for r in results}
+    assert by[("hvdcls", "torch")]["horovod_vs_peer"] == 0.75 and by[("hvdcls", "torch")]["peer"] == "ddp"
+    assert by[("hvdcls", "tensorflow")]["horovod_vs_peer"] == 1.2
+    assert by[("raw-horovod", "tensorflow")]["horovod_vs_peer"] == 1.25
+    assert by[("mwms", "tensorflow")]["horovod_vs_peer"] is None
+
+
+def test_mwms_has_no_compression_and_stays_on_one_machine():
+    spec = bench.BenchSpec(backends=["tensorflow"], nps=[1, 2], compressions=["none", "fp16"])
+    assert {(c.runner, c.np, c.compression) for c in bench.cells(spec) if c.runner == "mwms"} == {
+        ("mwms", 1, "none"), ("mwms", 2, "none")}
+    across = bench.BenchSpec(backends=["torch", "tensorflow"], nps=[1, 2],
+                             compressions=["none", "fp16", "powersgd"], link_mbit=100)
+    runners = {(c.runner, c.compression) for c in bench.cells(across) if c.np == 2}
+    assert {("ddp", "none"), ("ddp", "fp16"), ("ddp", "powersgd")} <= runners  # DDP crosses the link
+    assert not any(r == "mwms" for r, _ in runners)
+    slow = bench.BenchSpec(backends=["torch"], nps=[2], slow_rank="1=0.5")
+    assert {c.runner for c in bench.cells(slow)} == {"hvdcls", "raw-horovod"}
+
+
+def test_peers_launch_on_this_machine_or_one_node_per_namespace_host(tmp_path):
+    spec = bench.BenchSpec()
+    out = tmp_path / "cell.json"
+    ddp = bench.command(bench.Cell("ddp", "torch", 2, "none", 16, "m"), spec, out)
+    assert ddp[0].endswith("torchrun") and "--standalone" in ddp and "--nproc_per_node=2" in ddp
+    mwms = bench.command(bench.Cell("mwms", "tensorflow", 2, "none", 16, "m"), spec, out)
+    assert mwms[1].endswith("mwms_tf.py") and mwms[-2:] == ["--workers", "2"]
+
+    from hvdcls.bench.netns import Link, ShapedHosts
+
+    hosts = ShapedHosts(Link(100))  # not entered: nothing is made, the command only
+    across = bench.command(bench.Cell("ddp", "torch", 2, "powersgd", 16, "m"), spec, out, hosts)
+    assert across[:2] == ["bash", "-c"]
+    script = across[2]
+    for rank, (ns, address) in enumerate(zip(hosts.namespaces, hosts.addresses)):
+        assert f"ip netns exec {ns}" in script and f"hostname {address}" in script
+        assert f"--node-rank={rank}" in script
+    assert script.count(f"--master-addr={hosts.addresses[0]}") == 2
+    assert script.count("GLOO_SOCKET_IFNAME=hvd0") == 2 and "wait -n" in script
+    alone = bench.command(bench.Cell("ddp", "torch", 1, "none", 16, "m"), spec, out, hosts)
+    assert "--standalone" in alone  # np=1 stays on the machine
+
+
+def test_best_compression_of_each_stack_and_the_one_bucket_note():
+    cells = [bench.summarise(bench.Cell(r, "torch", 2, c, 16, "m"), {**raw([v]), **extra})
+             for r, c, v, extra in [
+                 ("hvdcls", "none", 4.0, {}), ("hvdcls", "powersgd", 27.0, {}), ("hvdcls", "fp16", 7.0, {}),
+                 ("ddp", "none", 4.5, {}), ("ddp", "fp16", 8.0, {}),
+                 ("ddp", "powersgd", 12.0, {"ddp": {"buckets": 1, "hook": "powerSGD_hook"}}),
+                 ("raw-horovod", "none", 30.0, {})]]
+    bench.add_ratios(cells)
+    best = bench.peers.best_against_peers(cells)
+    assert len(best) == 1
+    assert best[0]["hvdcls_compression"] == "powersgd" and best[0]["peer_compression"] == "powersgd"
+    assert best[0]["ratio"] == 27.0 / 12.0
+    report = {"machine": {"hostname": "h", "cpu": "c", "usable_cores": 2, "python": "3.11",
+                          "versions": {}}, "spec": vars(bench.BenchSpec()), "cells": cells,
+              "best_vs_peer": best}
+    text = bench_report.markdown(report)
+    assert "| ddp | torch | 2 | powersgd (1 bucket) |" in text
+    assert "| hvdcls | torch | 2 | powersgd |" in text
+    assert "| torch | 2 | 16 | m | memory | powersgd | 27.0 | ddp powersgd | 12.0 | 2.25 |" in text

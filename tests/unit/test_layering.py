@@ -21,7 +21,8 @@ ALLOWED = {
     "hvdcls.observe": {CORE},
     "hvdcls.checks": {CORE},
     "hvdcls.training": {CORE, "hvdcls.data", "hvdcls.observe"},
-    "hvdcls.bench": {CORE, "hvdcls.data", "hvdcls.training"},  # training.balance's planner
+    # training.balance's planner; observe's timeline reader (the step anatomy's report)
+    "hvdcls.bench": {CORE, "hvdcls.data", "hvdcls.training", "hvdcls.observe"},
     # The service launches `hvdcls train` as processes: it never imports training or a framework.
     "hvdcls.serve": {CORE},
     # Backends implement the contract over the data's batches; never the loop nor the bench.
