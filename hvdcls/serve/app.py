@@ -30,12 +30,13 @@ from fastapi.responses import Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from hvdcls import __version__, launch
+from hvdcls import __version__, status_file
 from hvdcls.errors import UserError
 from hvdcls.fileio import write_json_atomic
-from hvdcls.serve import runner
+from hvdcls.serve.errors import Refused
 from hvdcls.serve.metrics import ServiceCollector
-from hvdcls.serve.service import Refused, Service, Settings
+from hvdcls.serve.service import Service
+from hvdcls.serve.settings import Settings
 from hvdcls.serve.spec import JobSpec
 from hvdcls.serve.store import FINAL, QUEUED, RUNNING, STATES, Job
 
@@ -43,14 +44,16 @@ TOKEN_FILE, SERVER_FILE = "token", "server.json"
 
 
 def view(job: Job, detail: bool = False) -> dict:
-    """A job as the API shows it: its row, plus progress, latencies and (detail) last metrics."""
+    """A job as the API shows it: its row, plus its phase and progress (its status.json: a
+    queued job's is a previous attempt's, not shown), latencies and (detail) last metrics."""
     out = job.as_dict()
-    run_dir = Path(job.run_dir) if job.run_dir else None
-    out["progress"] = runner.progress(run_dir, job.epochs) if run_dir and job.state != QUEUED else None
+    status = status_file.read(Path(job.run_dir)) if job.run_dir and job.state != QUEUED else None
+    out["phase"] = status.phase if status else None
+    out["progress"] = status.progress if status else None
     out["queued_seconds"] = job.started_at - job.submitted_at if job.started_at else None
     out["first_step_seconds"] = job.first_step_at - job.submitted_at if job.first_step_at else None
-    if detail and run_dir:
-        out["last_metrics"] = runner.last_metrics(run_dir)
+    if detail:
+        out["last_metrics"] = status.metrics if status else None
     return out
 
 
@@ -124,35 +127,24 @@ def make_app(service: Service, token: str) -> FastAPI:
         return [{"host": host, "slots": slots,
                  "jobs": {str(j): a[host] for j, a in allocations.items() if host in a},
                  "free": slots - sum(a.get(host, 0) for a in allocations.values())}
-                for host, slots in service.settings.inventory.items()]
+                for host, slots in service.inventory.items()]
 
     @app.get("/metrics")
     def prometheus() -> Response:
         return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
 
-    endpoints = runner.Endpoints()
-
     @app.get("/targets")
     def targets() -> list[dict]:
         """Prometheus's http_sd_configs format: one target group per running job whose rank 0
-        has said where it serves /metrics, labelled with the job (`job` is Prometheus's own)."""
+        serves /metrics (its status.json's endpoint: after an elastic reset, the new rank 0's),
+        labelled with the job (`job` is Prometheus's own)."""
         running = [job for job in service.store.list((RUNNING,)) if job.run_dir]
-        endpoints.forget({Path(job.run_dir) for job in running})
-        found = [(job, endpoints.of(Path(job.run_dir))) for job in running]
-        return [{"targets": [endpoint], "labels": {"job_id": str(job.id), "job_name": job.name or "",
-                                                   "backend": job.backend}}
-                for job, endpoint in found if endpoint]
+        found = [(job, status_file.read(Path(job.run_dir))) for job in running]
+        return [{"targets": [status.endpoint], "labels": {"job_id": str(job.id), "job_name": job.name or "",
+                                                          "backend": job.backend}}
+                for job, status in found if status is not None and status.endpoint]
 
     return app
-
-
-def make_service(settings: Settings) -> Service:
-    """The executor: the host-list loop (Service) or Slurm (SlurmService)."""
-    if settings.executor == "slurm":
-        from hvdcls.serve.slurm_service import SlurmService
-
-        return SlurmService(settings)
-    return Service(settings)
 
 
 def ensure_token(state_dir: Path) -> str:
@@ -187,12 +179,10 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8470) -> int:
     sock = bind(host, port)
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
     url = f"http://{shown}:{sock.getsockname()[1]}"
-    service = make_service(settings)
+    service = Service(settings)  # its executor by name: hvdcls.serve.executors
     service.start()
     write_json_atomic(settings.state_dir / SERVER_FILE, {"url": url, "pid": os.getpid()})
-    where = ("jobs handed to Slurm" if settings.executor == "slurm"
-             else f"{service.total_slots} slots on {launch.hosts_arg(settings.inventory)}")
-    print(f"hvdcls serve: {url}, {where}, state in {settings.state_dir} "
+    print(f"hvdcls serve: {url}, {service.executor.describe()}, state in {settings.state_dir} "
           f"(token: {settings.state_dir / TOKEN_FILE})", flush=True)
     server = uvicorn.Server(uvicorn.Config(make_app(service, token), log_level="warning"))
     try:
