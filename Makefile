@@ -14,7 +14,7 @@ SLURM_PROJECT ?= hvdcls-slurm
 PROMETHEUS_IMAGE ?= hvdcls-prometheus:latest
 GPU_FLAG := $(if $(filter 1,$(GPU)),--gpu,)
 
-.PHONY: setup demo test doctor unit parallel docker-test clean distclean bench docker-engine base-image \
+.PHONY: setup demo test lint doctor unit parallel docker-test clean distclean bench docker-engine base-image \
 	wheelhouse image prometheus-image compose-up compose-down compose-test slurm-image slurm-up slurm-down \
 	bench-unequal
 
@@ -26,10 +26,16 @@ demo: setup
 
 # The Docker tests need an engine: started here when none answers (as root), else they skip
 # (and fail under CI=true).
-# Every test; pytest closes with its 25 slowest, to keep an eye on CI's budget.
-test: setup
+# Every test, after the linters; pytest closes with its 25 slowest, to keep an eye on CI's budget.
+test: setup lint
 	@bash tools/docker_engine.sh --try
 	@$(PY) -m pytest --durations=25 tests
+
+# ruff (ruff.toml) and mypy (mypy.ini) over the code that ships; tests/ are not linted yet.
+LINTED := hvdcls torch_backend tf_backend tools benchmarks setup.py
+lint: setup
+	@$(VENV)/bin/ruff check $(LINTED)
+	@$(VENV)/bin/mypy
 
 # Parts of the suite: no framework launch / real ranks under horovodrun and mpirun / Docker.
 unit: setup

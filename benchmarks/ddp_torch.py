@@ -8,9 +8,8 @@ import os
 import torch
 import torch.distributed as dist
 import torchvision
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
-
 from common import measure, parse, write
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch_input import batches
 from torch_step import local_rank, pick_device, plain_step
 

@@ -10,7 +10,6 @@ import horovod
 import horovod.tensorflow as hvd
 import keras
 import tensorflow as tf
-
 from common import measure, parse, write
 from tf_input import batches
 

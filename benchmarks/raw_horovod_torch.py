@@ -6,7 +6,6 @@ import horovod
 import horovod.torch as hvd
 import torch
 import torchvision
-
 from common import measure, parse, write
 from torch_input import batches
 from torch_step import pick_device, plain_step

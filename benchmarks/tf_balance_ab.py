@@ -14,7 +14,8 @@ import time
 
 import numpy as np
 
-from hvdcls import config as cfg, registry
+from hvdcls import config as cfg
+from hvdcls import registry
 
 BATCH, CLASSES = 16, 10
 

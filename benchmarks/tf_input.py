@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Iterator
 
 import tensorflow as tf
-
 from common import IMAGENET_MEAN, IMAGENET_STD
 
 

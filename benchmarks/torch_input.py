@@ -6,11 +6,10 @@ from typing import Iterator
 
 import torch
 import torchvision
-from torch.utils.data import DataLoader, DistributedSampler
-from torchvision import transforms
-
 from common import IMAGENET_MEAN, IMAGENET_STD
+from torch.utils.data import DataLoader, DistributedSampler
 from torch_step import memory_format
+from torchvision import transforms
 
 
 def batches(args: argparse.Namespace, rank: int, world_size: int,

@@ -183,6 +183,7 @@ class Backend(abc.ABC):
     def prepare_checkpoint(self) -> None:
         """Called on every rank before rank 0 saves: make rank 0's state stand for all ranks
         (a collective, where per-rank state exists: PowerSGD's error feedback)."""
+        return None
 
     def communication(self) -> Optional[dict]:
         """Gradient bytes all-reduced so far, counted from the tensors sent

@@ -25,7 +25,7 @@ _MISSING = dataclasses.MISSING
 
 
 def option(default: Any = _MISSING, *, factory: Optional[Callable[[], Any]] = None,
-           flag: Optional[str] = "", help: Optional[str] = None,  # noqa: A002 (argparse's word)
+           flag: Optional[str] = "", help: Optional[str] = None,
            choices: Optional[Sequence[Any]] = None) -> Any:
     """A dataclass field with what its flag needs beyond the field itself. A list default is
     copied for each instance. flag: the flag's name ("" derives it from the field, None: no flag)."""

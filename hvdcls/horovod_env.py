@@ -115,7 +115,7 @@ def defaults(config: HorovodConfig, environ: Mapping[str, str], elastic: bool = 
     (none under autotune or in elastic mode: see the module's docstring)."""
     if elastic or _autotuned(config, environ):
         return {}
-    return {setting.variable: setting.convert(setting.default, config) for setting in SETTINGS
+    return {setting.variable: str(setting.convert(setting.default, config)) for setting in SETTINGS
             if setting.default is not None and getattr(config, setting.key) is None
             and setting.variable not in environ}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 # Environment every rank needs under mpirun (horovodrun forwards the whole environment).
@@ -66,14 +67,14 @@ def mpirun(np: int, command: list[str], hosts: dict[str, int] | None = None,
     ^openib` avoids the InfiniBand transport that hangs on hosts without it. Variables named
     in MPI_FORWARDED_ENV (and `extra_env`) that are set in `env` are passed on with `-x`.
     """
-    env = os.environ if env is None else env
+    environ: Mapping[str, str] = os.environ if env is None else env
     hosts = hosts or {"localhost": np}
     cmd = [shutil.which("mpirun") or "mpirun", "-np", str(np), "-H", hosts_arg(hosts),
            "-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "^openib"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-run-as-root")  # containers and CI run as root
     for name in (*MPI_FORWARDED_ENV, *extra_env):
-        if name in env:
+        if name in environ:
             cmd += ["-x", name]
     return cmd + command
 

@@ -39,6 +39,13 @@ class TensorPlan:
     def compressed(self) -> bool:
         return self.matrix is not None
 
+    @property
+    def dims(self) -> tuple[int, int]:
+        """(n, m) of a compressed gradient's matrix view."""
+        if self.matrix is None:
+            raise ValueError(f"a gradient of shape {self.shape} is not compressed")
+        return self.matrix
+
 
 def matrix_shape(shape: Sequence[int], channels_last: bool) -> tuple[int, int]:
     """The 2-D view of a weight: torch puts output channels first (out, in, kh, kw),
@@ -78,7 +85,7 @@ def compressed_bytes(plans: Sequence[TensorPlan], pq_bytes: int = FLOAT32_BYTES,
     total = 0
     for p in plans:
         if p.compressed:
-            n, m = p.matrix
+            n, m = p.dims
             total += p.rank * (n + m) * pq_bytes
         else:
             total += math.prod(p.shape) * element_bytes

@@ -25,25 +25,25 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import time  # noqa: E402
-import zipfile  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import ContextManager  # noqa: E402
+import time
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import ContextManager
 
-import horovod.tensorflow as hvd  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import horovod.tensorflow as hvd
+import keras
+import numpy as np
+import tensorflow as tf
 
-from hvdcls import powersgd  # noqa: E402
-from hvdcls.backend import Sums, add  # noqa: E402
-from hvdcls.config import Config, worker_lr  # noqa: E402
-from hvdcls.data.batches import EpochBatches  # noqa: E402
-from hvdcls.errors import UserError  # noqa: E402
-from hvdcls.horovod_backend import HorovodBackend  # noqa: E402
-from tf_backend import compiled, data, elastic, models, sync_bn  # noqa: E402
-from tf_backend.compression import PowerSGDReducer  # noqa: E402
+from hvdcls import powersgd
+from hvdcls.backend import Sums, add
+from hvdcls.config import Config, worker_lr
+from hvdcls.data.batches import EpochBatches
+from hvdcls.errors import UserError
+from hvdcls.horovod_backend import HorovodBackend
+from tf_backend import compiled, data, elastic, models, sync_bn
+from tf_backend.compression import PowerSGDReducer
 
 CHECKPOINT_FILE = "tensorflow.npz"
 
@@ -90,6 +90,7 @@ def pick_device(config: Config, local_rank: int) -> str:
 class TensorFlowBackend(HorovodBackend):
     name = "tensorflow"
     marks_allreduce_wait = True  # the watchdog's phases: `_backward_done` (read when traced)
+    counter: powersgd.ByteCounter
 
     def __init__(self):
         super().__init__(hvd, {"tensorflow": tf.__version__, "keras": keras.__version__})
@@ -245,6 +246,7 @@ class TensorFlowBackend(HorovodBackend):
     def _powersgd(self, grads, warmup: bool):
         """Horovod: PowerSGD averages the gradients; the error feedback is kept unscaled."""
         scale = self.optimizer.dynamic_scale.value if self.loss_scaled else 1.0
+        assert self.reducer is not None
         return self.reducer.reduce(grads, scale, warmup)
 
     def _local_grads_eager(self, images, labels, weight):
@@ -292,6 +294,7 @@ class TensorFlowBackend(HorovodBackend):
             scaled = [g / len(micro_batches) for g in grads]
             accumulated = scaled if accumulated is None else [a + g for a, g in zip(accumulated, scaled)]
             total = add(total, sums)
+        assert total is not None and accumulated is not None  # two micro-batches or more
         if self.timed_apart:
             float(tf.reduce_sum(accumulated[0]))  # wait for the device: backward is done
             started = time.perf_counter()
@@ -319,6 +322,7 @@ class TensorFlowBackend(HorovodBackend):
         return [v for v in self.model.variables if "float" in str(v.dtype)]
 
     def _ema_update_eager(self, decay):
+        assert self.ema is not None  # build() made it (training.ema_decay)
         for average, live in zip(self.ema, tf_variables(self.ema_sources())):
             average.assign(decay * average + (1.0 - decay) * tf.cast(live, average.dtype))
 
@@ -328,6 +332,7 @@ class TensorFlowBackend(HorovodBackend):
     @contextmanager
     def ema_weights(self):
         live = self.ema_sources()
+        assert self.ema is not None  # build() made it (training.ema_decay)
         kept = [v.numpy() for v in live]
         for v, average in zip(live, self.ema):
             v.assign(average)

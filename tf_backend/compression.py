@@ -60,9 +60,9 @@ class PowerSGDReducer:
         self.exchange = exchange or horovod_exchange()
         self.compressed = [i for i, p in enumerate(self.plans) if p.compressed]
         self.dense = [i for i, p in enumerate(self.plans) if not p.compressed]
-        self.qs = {i: tf.Variable(powersgd.initial_q(self.plans[i].matrix[1], self.plans[i].rank, i),
+        self.qs = {i: tf.Variable(powersgd.initial_q(self.plans[i].dims[1], self.plans[i].rank, i),
                                   trainable=False, name=f"powersgd_q_{i}") for i in self.compressed}
-        self.errors = {i: tf.Variable(tf.zeros(self.plans[i].matrix), trainable=False,
+        self.errors = {i: tf.Variable(tf.zeros(self.plans[i].dims), trainable=False,
                                       name=f"powersgd_error_{i}") for i in self.compressed}
         self.step = 0
         self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
@@ -92,7 +92,7 @@ class PowerSGDReducer:
     def _compress(self, grads: list, scale) -> tuple[list, int]:
         if not self.compressed:
             return [], 0
-        ms = [tf.reshape(grads[i], self.plans[i].matrix) + self.errors[i] * scale for i in self.compressed]
+        ms = [tf.reshape(grads[i], self.plans[i].dims) + self.errors[i] * scale for i in self.compressed]
         ps, sent_p = self._allreduce([m @ self.qs[i] for m, i in zip(ms, self.compressed)], "powersgd.p")
         ps = [orthogonalise(p) for p in ps]
         qs, sent_q = self._allreduce([tf.transpose(m) @ p for m, p in zip(ms, ps)], "powersgd.q")

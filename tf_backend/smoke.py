@@ -12,11 +12,11 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import horovod.tensorflow as hvd  # noqa: E402
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import horovod.tensorflow as hvd
+import keras
+import tensorflow as tf
 
-from hvdcls.checks.smoke import CLASSES, FEATURES, HIDDEN, describe_world, smoke_batch  # noqa: E402
+from hvdcls.checks.smoke import CLASSES, FEATURES, HIDDEN, describe_world, smoke_batch
 
 loss_of = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -67,7 +67,7 @@ def collectives(rank: int) -> dict:
 
 def optimizer_step(rank: int, size: int, lr: float) -> dict:
     model = make_model(seed=1000 + rank)
-    observed = {"spread_before_broadcast": spread_over_ranks(flat_weights(model))}
+    observed: dict[str, object] = {"spread_before_broadcast": spread_over_ranks(flat_weights(model))}
     hvd.broadcast_variables(tf_variables(model.variables), root_rank=0)  # Horovod: same start
     optimizer = keras.optimizers.SGD(learning_rate=lr)
     optimizer.build(model.trainable_variables)

@@ -26,10 +26,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hvdcls import fileio, horovod_env  # noqa: E402
-from hvdcls.bench import guard, matrix  # noqa: E402
-from hvdcls.bench.report import write_outputs  # noqa: E402
-from hvdcls.config import HorovodConfig  # noqa: E402
+from hvdcls import fileio, horovod_env
+from hvdcls.bench import guard, matrix
+from hvdcls.bench.report import write_outputs
+from hvdcls.config import HorovodConfig
 
 COMPOSE_FILES = [REPO / "docker" / "compose.yaml", REPO / "docker" / "compose.unequal.yaml"]
 WORKERS, RANKS_PER_WORKER, SSH_PORT = ("worker1", "worker2"), 2, 12345
@@ -120,7 +120,8 @@ def launch(cell: matrix.Cell, args: argparse.Namespace) -> list[str]:
     # task on every worker and gives up after --start-timeout, which a capped worker on a busy
     # machine can miss (seen here: "Timed out waiting for tasks to start").
     return ["exec", "-T", *env, "launcher", "horovodrun", "--gloo", "-np", str(cell.np), "-H", hosts,
-            "-p", str(SSH_PORT), "--network-interfaces", "eth0", "--start-timeout", "300", "python", "-m", "hvdcls.bench.worker", "--backend", cell.backend,
+            "-p", str(SSH_PORT), "--network-interfaces", "eth0", "--start-timeout", "300",
+            "python", "-m", "hvdcls.bench.worker", "--backend", cell.backend,
             "--model", cell.model, "--batch-size", str(cell.batch_size), "--image-size",
             str(args.image_size), "--compression", cell.compression, "--threads", "1",
             "--warmup", str(args.warmup), "--steps", str(args.steps), "--reps", str(args.reps),

@@ -75,7 +75,7 @@ def horovod_artifact(gpu: bool) -> Path:
     (a GPU Horovod must be compiled against the image's CUDA and GPU TensorFlow)."""
     if gpu:
         sys.path.insert(0, str(ROOT / "tools"))
-        import horovod_wheel  # noqa: E402  (a sibling tool script, stdlib only)
+        import horovod_wheel
         return horovod_wheel.fetch_sdist(horovod_wheel.default_cache_dir())
     out = run([sys.executable, str(ROOT / "tools" / "horovod_wheel.py"), "--print-wheel"],
               "finding the cached Horovod wheel")

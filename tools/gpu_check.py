@@ -151,7 +151,8 @@ def record(step: str, work: Path, mode: str, rc: int, seconds: float, log: Path 
            skipped: str = "") -> dict:
     """The step's JSON: ok only when the command exited 0 and its outputs say it worked."""
     if skipped:
-        results, problems = {}, [f"skipped: {skipped}"]
+        results: dict = {}
+        problems = [f"skipped: {skipped}"]
     else:
         results, problems = EXTRACTORS[step](work, mode)
         if rc != 0:
@@ -273,7 +274,7 @@ def imports(out: Path, carried_dir: Path | None) -> int:
                      mpi_built=bool(hvd.mpi_built()), horovod_path=str(Path(hvd.__file__).parent.parent),
                      cuda_available=torch.cuda.is_available(), torch_cuda=torch.version.cuda,
                      gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
-    except Exception as err:  # noqa: BLE001 (recorded: the step fails on it)
+    except Exception as err:
         modules["horovod"] = ""
         found["error"] = f"{type(err).__name__}: {err}"
     if carried_dir is not None:

@@ -312,7 +312,9 @@ def build_wheel(inputs: BuildInputs, cache_dir: Path, target: Path) -> Path:
     sdist = fetch_sdist(cache_dir)
     log = cache_dir / "logs" / f"{inputs.key()}.log"
     frameworks = "no TensorFlow" if inputs.frameworks == "torch" else f"TensorFlow {inputs.tensorflow}"
-    print(f"[setup] building Horovod {inputs.horovod} against torch {inputs.torch}, {frameworks}, C++{inputs.cxx_std}{', NCCL' if inputs.gpu_operations else ''} "
+    nccl = ", NCCL" if inputs.gpu_operations else ""
+    print(f"[setup] building Horovod {inputs.horovod} against torch {inputs.torch}, {frameworks}, "
+          f"C++{inputs.cxx_std}{nccl} "
           f"(several minutes; log: {log})", flush=True)
     started = time.monotonic()
     scratch = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_dir))

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -77,6 +78,10 @@ def summarise(jobs: list[dict], samples: list[tuple[float, int]], total_slots: i
     }
 
 
+def wait_and_run(job: str) -> Callable[[dict], str]:
+    return lambda r: f"{r['jobs'][job]['wait_seconds']:.0f}, {r['jobs'][job]['run_seconds']:.0f}"
+
+
 def table(results: dict[str, dict]) -> str:
     """Markdown: one column per variant."""
     names = list(results)
@@ -85,8 +90,7 @@ def table(results: dict[str, dict]) -> str:
                                                         f"{r['slot_seconds_available']:.0f}"),
             ("slot utilisation", lambda r: f"{r['utilisation']:.0%}")]
     for job in results[names[0]]["jobs"]:
-        rows.append((f"{job}: wait, run (s)", lambda r, j=job: f"{r['jobs'][j]['wait_seconds']:.0f}, "
-                                                              f"{r['jobs'][j]['run_seconds']:.0f}"))
+        rows.append((f"{job}: wait, run (s)", wait_and_run(job)))
     rows.append(("E: resizes, steps lost", lambda r: f"{r['jobs']['E']['resizes']}, {r['jobs']['E']['steps_lost']}"))
     rows.append(("E: seconds without a step at each resize (to N workers)",
                  lambda r: ", ".join(f"{s:.1f} s ({n})" for n, s in r["jobs"]["E"]["stalls"]) or "none"))
@@ -126,7 +130,7 @@ class Service:
                                         "--network-interface", "lo", "--grace-seconds", "5")
         env = {**launch.single_host_env(), "PYTHONPATH": str(REPO),
                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-        self.log = open(work / "serve.log", "ab")
+        self.log = open(work / "serve.log", "ab")  # noqa: SIM115 (the server writes it until __exit__ closes it)
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
     def __enter__(self):
@@ -175,7 +179,7 @@ def run_variant(hosts: str, cooldown: str, work: Path, epochs: dict[str, int]) -
         arrival = time.time()
         for name, np in (("F1", 2), ("F2", 1)):
             arrival += ARRIVAL
-            sample(service, samples, lambda _: time.time() >= arrival)
+            sample(service, samples, lambda _, due=arrival: time.time() >= due)
             service.submit(name, np, epochs[name])
         jobs = sample(service, samples, lambda jobs: all(j["state"] in FINAL for j in jobs))
     for job in jobs:

@@ -10,7 +10,7 @@ import pickle
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import horovod.torch as hvd
 import numpy as np
@@ -69,6 +69,9 @@ class TorchBackend(HorovodBackend):
     name = "torch"
     # backward's hooks submit the gradients; what follows them is waiting for the all-reduce
     marks_allreduce_wait = True
+    optimizer: Any  # hvd.DistributedOptimizer, or the plain one PowerSGD steps
+    counter: powersgd.ByteCounter
+    ema: Optional[dict[str, torch.Tensor]]
 
     def __init__(self):
         super().__init__(hvd, {"torch": torch.__version__, "torchvision": torchvision.__version__})
@@ -178,6 +181,7 @@ class TorchBackend(HorovodBackend):
         if self.reducer is None:
             self.counter.add(self.dense_step_bytes)  # Horovod sent every gradient, as configured
         self.scaler.update()
+        assert total is not None  # a step has at least one micro-batch
         return total
 
     def _powersgd_step(self) -> None:
@@ -188,7 +192,8 @@ class TorchBackend(HorovodBackend):
         self.waiting_for_allreduce()
         started = time.perf_counter()
         scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
-        self.reducer.reduce_([p.grad for p in self.params], scale)
+        assert self.reducer is not None
+        self.reducer.reduce_([p.grad for p in self.params if p.grad is not None], scale)
         self.last_allreduce_wait = time.perf_counter() - started
         self._unscale_and_clip()
         self.scaler.step(self.optimizer)
@@ -214,6 +219,7 @@ class TorchBackend(HorovodBackend):
 
     @torch.no_grad()
     def ema_update(self, decay: float) -> None:
+        assert self.ema is not None  # build() made it (training.ema_decay)
         for name, live in self.ema_sources().items():
             self.ema[name].mul_(decay).add_(live.detach(), alpha=1.0 - decay)
 
@@ -221,6 +227,7 @@ class TorchBackend(HorovodBackend):
     def ema_weights(self):
         live = self.ema_sources()
         kept = {name: t.clone() for name, t in live.items()}
+        assert self.ema is not None  # build() made it (training.ema_decay)
         with torch.no_grad():
             for name, t in live.items():
                 t.copy_(self.ema[name])

@@ -9,6 +9,8 @@ compile for a pass that runs once an epoch).
 """
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from hvdcls.config import Config
@@ -44,4 +46,4 @@ BACKEND = "inductor"
 def compile_model(model: torch.nn.Module) -> torch.nn.Module:
     """The compiled module: the same parameters, so checkpoints and broadcasts stay as they are
     (its own state_dict would prefix every key with `_orig_mod.`: the backend keeps `model`)."""
-    return torch.compile(model, backend=BACKEND)
+    return cast(torch.nn.Module, torch.compile(model, backend=BACKEND))

@@ -54,9 +54,9 @@ class PowerSGDReducer:
         self.start, self.wait = exchange or horovod_exchange()
         self.compressed = [i for i, p in enumerate(self.plans) if p.compressed]
         self.dense = [i for i, p in enumerate(self.plans) if not p.compressed]
-        self.qs = {i: torch.from_numpy(powersgd.initial_q(self.plans[i].matrix[1], self.plans[i].rank, i))
+        self.qs = {i: torch.from_numpy(powersgd.initial_q(self.plans[i].dims[1], self.plans[i].rank, i))
                    .to(device) for i in self.compressed}
-        self.errors = {i: torch.zeros(self.plans[i].matrix, device=device) for i in self.compressed}
+        self.errors = {i: torch.zeros(self.plans[i].dims, device=device) for i in self.compressed}
         self.step = 0
         self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
 
@@ -89,7 +89,7 @@ class PowerSGDReducer:
     def _compress_(self, grads: list[torch.Tensor], scale: float) -> int:
         if not self.compressed:
             return 0
-        ms = [grads[i].reshape(self.plans[i].matrix) + self.errors[i] * scale for i in self.compressed]
+        ms = [grads[i].reshape(self.plans[i].dims) + self.errors[i] * scale for i in self.compressed]
         ps, sent_p = self._allreduce([m @ self.qs[i] for m, i in zip(ms, self.compressed)], "powersgd.p")
         for p in ps:
             orthogonalise_(p)

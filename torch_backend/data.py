@@ -40,7 +40,8 @@ def waited_worker(iterator: Optional[Iterator]) -> Optional[str]:
     Private names of torch 2.x, read without a lock: None when they say nothing clear."""
     task_info, waited = getattr(iterator, "_task_info", None), getattr(iterator, "_rcvd_idx", None)
     task = task_info.get(waited) if isinstance(task_info, dict) else None
-    if not task or len(task) != 1:  # no workers, nothing sent yet, or already arrived
+    workers = getattr(iterator, "_workers", None)
+    if not task or len(task) != 1 or not workers:  # no workers, nothing sent yet, or already arrived
         return None
     worker = task[0]
-    return f"loader worker {worker}, pid {iterator._workers[worker].pid}"
+    return f"loader worker {worker}, pid {workers[worker].pid}"

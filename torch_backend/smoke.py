@@ -56,7 +56,7 @@ def collectives(rank: int) -> dict:
 
 def optimizer_step(rank: int, size: int, lr: float) -> dict:
     model = make_model(seed=1000 + rank)
-    observed = {"spread_before_broadcast": spread_over_ranks(flat_weights(model))}
+    observed: dict[str, object] = {"spread_before_broadcast": spread_over_ranks(flat_weights(model))}
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # Horovod: same start everywhere
     start = flat_weights(model).clone()
     # What one step must give: the average of every rank's gradient, applied by plain SGD.

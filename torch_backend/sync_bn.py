@@ -42,6 +42,8 @@ class SyncBatchNorm(nn.BatchNorm2d):
 
     @torch.no_grad()
     def _update_running_stats(self, mean, variance, n) -> None:
+        assert self.num_batches_tracked is not None and self.running_mean is not None \
+            and self.running_var is not None  # track_running_stats: the caller checked
         self.num_batches_tracked += 1
         momentum = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
         unbiased = variance * n / (n - 1).clamp_min(1)  # as BatchNorm2d keeps it

@@ -49,7 +49,7 @@ def images_needed(nps: list[int], batch_sizes: list[int], batches_read: int) -> 
 def synthetic_photo(rng: np.random.Generator, side: int, label: int) -> Image.Image:
     """Smooth shapes plus grain: a JPEG of typical size and decode cost, unlike pure noise."""
     coarse = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
-    image = np.asarray(Image.fromarray(coarse).resize((side, side), Image.BICUBIC), np.int16)
+    image = np.asarray(Image.fromarray(coarse).resize((side, side), Image.Resampling.BICUBIC), np.int16)
     tint = np.asarray([(label * 37) % 256, (label * 91) % 256, (label * 53) % 256], np.int16)
     grain = rng.integers(-12, 13, (side, side, 3), dtype=np.int16)
     return Image.fromarray(np.clip((image + tint) // 2 + grain, 0, 255).astype(np.uint8))

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Optional
 
 from hvdcls import fileio, gpu, horovod_env, launch, registry
-from hvdcls.bench import data as bench_data, guard, slow
+from hvdcls.bench import data as bench_data
+from hvdcls.bench import guard, slow
 from hvdcls.config import Compression, HorovodConfig
 from hvdcls.errors import UserError
 from hvdcls.flags import option
@@ -228,8 +229,9 @@ def run_cell(cell: Cell, spec: BenchSpec, scratch: Path, hosts=None, throttle=No
     meanwhile (hvdcls.bench.guard), or {"error": ...}."""
     out = scratch / cell.file_name()
     out.unlink(missing_ok=True)
-    if throttle is not None:  # the slow rank gets FRACTION of what each rank of this cell gets
-        slow.set_threads(throttle[0], spec_slow(spec).fraction, threads_per_rank(cell.np))
+    slow_rank = spec_slow(spec)
+    if throttle is not None and slow_rank is not None:  # the slow rank gets FRACTION of each rank's share
+        slow.set_threads(throttle[0], slow_rank.fraction, threads_per_rank(cell.np))
     with guard.CpuGuard() as watch:
         result = launch_group(command(cell, spec, out, hosts, throttle), environment(cell, spec),
                               spec.timeout)
@@ -367,6 +369,7 @@ def allreduce_sweep(spec: BenchSpec, hosts, scratch: Path) -> dict:
     """Bus bandwidth of Horovod's all-reduce across the link against the link's own rate: single
     messages by size, then one step's gradients of the first model per fusion threshold x cycle
     time."""
+    assert spec.link_mbit is not None  # sweeps run only across a shaped link
     link_gbit = spec.link_mbit / 1000
     report: dict = {"link": hosts.link.describe(), "link_gbit_per_s": link_gbit, "gradients": []}
     for index, (fusion_mb, cycle_ms) in enumerate(sweep_settings(spec)):
@@ -393,7 +396,7 @@ def validate(spec: BenchSpec) -> None:
     for flag, values in counts.items():
         if any(v < 1 for v in values):
             raise UserError(f"{flag} {' '.join(map(str, values))}: must be at least 1")
-    not_negative = {"--warmup": [spec.warmup], "--loader-workers": [spec.loader_workers],
+    not_negative: dict[str, list] = {"--warmup": [spec.warmup], "--loader-workers": [spec.loader_workers],
                     "--fusion-threshold-mb": [spec.fusion_threshold_mb],
                     "--sweep-fusion-mb": spec.sweep_fusion_mb}
     for flag, values in not_negative.items():
@@ -415,8 +418,11 @@ def validate(spec: BenchSpec) -> None:
 
 
 def machine() -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    cpu = ""
+    if Path("/proc/cpuinfo").exists():
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                   platform.processor())
     versions = {}
     for name in ("torch", "torchvision", "tensorflow-cpu", "tensorflow", "keras", "horovod", "numpy"):
         try:
@@ -429,7 +435,7 @@ def machine() -> dict:
 
 
 def run(spec: BenchSpec, output_dir: Path, progress: bool = True) -> dict:
-    from tqdm import tqdm  # noqa: PLC0415 (only the bench needs it at run time)
+    from tqdm import tqdm
 
     from hvdcls.bench.report import write_outputs
 

@@ -175,8 +175,14 @@ class ShapedHosts:
                 subprocess.run(["ssh-keygen", "-f", str(known), "-R", f"[{address}]:{SSH_PORT}"],
                                capture_output=True)
 
+    @property
+    def identity(self) -> Path:
+        """The launcher's ssh key, made by __enter__."""
+        assert self.scratch is not None, "use ShapedHosts as a context manager"
+        return self.scratch / "id_ed25519"
+
     def ssh_options(self) -> list[str]:
-        return ["-i", str(self.scratch / "id_ed25519"), "-p", str(SSH_PORT), "-o", "BatchMode=yes",
+        return ["-i", str(self.identity), "-p", str(SSH_PORT), "-o", "BatchMode=yes",
                 "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
                 "-o", "LogLevel=ERROR"]
 
@@ -195,7 +201,7 @@ class ShapedHosts:
     def horovodrun(self, np: int, program: list[str], horovodrun: str = "horovodrun") -> list[str]:
         hosts = ",".join(f"{address}:{self.slots}" for address in self.addresses)
         return self.in_first([horovodrun, "--gloo", "-np", str(np), "-H", hosts, "-p", str(SSH_PORT),
-                              "--ssh-identity-file", str(self.scratch / "id_ed25519"),
+                              "--ssh-identity-file", str(self.identity),
                               "--network-interface", INTERFACE, *program])
 
     def close(self) -> None:

@@ -18,11 +18,15 @@ import itertools
 import time
 from pathlib import Path
 
-from hvdcls import config as cfg, fileio, horovod_env, registry
+import numpy as np
+
+from hvdcls import config as cfg
+from hvdcls import fileio, horovod_env, registry
 from hvdcls.bench import data as bench_data
 from hvdcls.data import datasets
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.data.sharding import TrainShards
+from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
 from hvdcls.training import balance
 
@@ -128,7 +132,7 @@ class BalancedFeed(Feed):
 def fixed_batch(config: cfg.Config, backend, batch_size: int):
     """One batch as the backend's tensors, made once (no input pipeline in the timing)."""
     data = datasets.open_data(config)
-    batches = EpochBatches(data.train, [list(range(batch_size))], Preprocess(config.data, 0), 0,
+    batches = EpochBatches(data.train, [np.arange(batch_size)], Preprocess(config.data, 0), 0,
                            train=False)
     return next(iter(backend.loader(batches, 0)))
 
@@ -155,7 +159,8 @@ def timed_steps(backend, feed: Feed, steps: int) -> tuple[float, float | None]:
         waits.append(backend.allreduce_wait_seconds())
         feed.done(time.perf_counter() - step_started, waits[-1])
     seconds = time.perf_counter() - started
-    return seconds, (None if any(w is None for w in waits) else sum(waits))
+    measured = [w for w in waits if w is not None]
+    return seconds, (sum(measured) if len(measured) == len(waits) else None)
 
 
 def measured_reps(backend, feed: Feed, args: argparse.Namespace, data_wait: LoaderWait | None):

@@ -223,7 +223,8 @@ def examine(with_smoke: bool) -> Report:
                 report.smoke[f"{backend} under {launcher}"] = passed
                 if not passed:
                     report.problems.append(f"the 2-rank smoke job failed for {backend} under {launcher}: "
-                                           f"run it by hand to see why (docs/troubleshooting.md, 'Checking an install')")
+                                           "run it by hand to see why (docs/troubleshooting.md, "
+                                           "'Checking an install')")
     return report
 
 

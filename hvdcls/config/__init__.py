@@ -10,13 +10,13 @@ exit status 2).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence, cast
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 
 from hvdcls.config.checks import CHOICES, get, not_a_choice, validate  # noqa: F401 (get: API)
-from hvdcls.config.schema import *  # noqa: F401,F403 (the schema's names, where they always were)
+from hvdcls.config.schema import *  # noqa: F403 (the schema's names, where they always were)
 from hvdcls.config.schema import SECTIONS, Config
 from hvdcls.errors import UserError
 
@@ -50,7 +50,7 @@ DIGITS_DEFAULTS = {
 }
 
 
-def load(config_file: Optional[Path] = None, overrides: list[str] = (),
+def load(config_file: Optional[Path] = None, overrides: Sequence[str] = (),
          flags: Optional[dict[str, Any]] = None, settings: Optional[dict] = None) -> Config:
     """Defaults (+ DIGITS_DEFAULTS for digits) <- YAML file <- `settings` (a mapping shaped
     like the file: `hvdcls serve`'s job specs) <- `key=value` overrides <- flags; then
@@ -69,7 +69,7 @@ def load(config_file: Optional[Path] = None, overrides: list[str] = (),
     if _is_digits(merged.data):
         merged = _merge(OmegaConf.structured(Config), [("digits defaults", OmegaConf.create(DIGITS_DEFAULTS)), *layers])
     try:
-        config: Config = OmegaConf.to_object(merged)  # resolves ${...} interpolations
+        config = cast(Config, OmegaConf.to_object(merged))  # resolves ${...} interpolations
     except OmegaConfBaseException as err:
         raise _one_line(err, "value") from None
     validate(config)
@@ -144,7 +144,7 @@ def _read_yaml(path: Path):
 
 def read_file(path: Path) -> dict:
     """A YAML config file as a plain mapping (checked like --config; validated by load)."""
-    return OmegaConf.to_container(_read_yaml(Path(path)))
+    return cast(dict, OmegaConf.to_container(_read_yaml(Path(path))))
 
 
 def _nest(flat: dict[str, Any]) -> dict:
@@ -162,7 +162,7 @@ def _nest(flat: dict[str, Any]) -> dict:
 
 
 def to_dict(config: Config) -> dict:
-    return OmegaConf.to_container(OmegaConf.structured(config), resolve=True)
+    return cast(dict, OmegaConf.to_container(OmegaConf.structured(config), resolve=True))
 
 
 def to_yaml(config: Config) -> str:

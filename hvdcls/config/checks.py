@@ -5,9 +5,9 @@ from __future__ import annotations
 import typing
 from typing import Any, Literal
 
-from hvdcls.config.schema import (Config, DataConfig, HorovodConfig, ScheduleConfig,
-                                  TrainingConfig)
+from hvdcls.config.schema import Config, DataConfig, HorovodConfig, ScheduleConfig, TrainingConfig
 from hvdcls.errors import UserError
+
 
 def _choices(cls: type, prefix: str = "") -> dict[str, tuple[str, ...]]:
     """{dotted key: allowed values} of every Literal-typed field under the dataclass `cls`."""

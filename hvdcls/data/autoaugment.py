@@ -23,7 +23,7 @@ AUTOAUGMENT_BINS = 10  # the AutoAugment paper's discretisation
 
 def _affine(image: Image.Image, coefficients: tuple) -> Image.Image:
     """Pillow's affine maps each output pixel to an input one; black outside the image."""
-    return image.transform(image.size, Image.AFFINE, coefficients, resample=Image.NEAREST,
+    return image.transform(image.size, Image.Transform.AFFINE, coefficients, resample=Image.Resampling.NEAREST,
                            fillcolor=(0, 0, 0))
 
 
@@ -46,7 +46,7 @@ def translate_y(image: Image.Image, pixels: float) -> Image.Image:
 
 
 def rotate(image: Image.Image, degrees: float) -> Image.Image:
-    return image.rotate(degrees, resample=Image.NEAREST, fillcolor=(0, 0, 0))
+    return image.rotate(degrees, resample=Image.Resampling.NEAREST, fillcolor=(0, 0, 0))
 
 
 def _enhance(kind) -> Callable[[Image.Image, float], Image.Image]:
@@ -66,7 +66,7 @@ OPS: dict[str, tuple[Callable[[Image.Image, float], Image.Image], bool]] = {
     "Contrast": (_enhance(ImageEnhance.Contrast), True),
     "Sharpness": (_enhance(ImageEnhance.Sharpness), True),
     "Posterize": (lambda image, bits: ImageOps.posterize(image, int(bits)), False),
-    "Solarize": (lambda image, threshold: ImageOps.solarize(image, threshold), False),
+    "Solarize": (lambda image, threshold: ImageOps.solarize(image, int(threshold)), False),
     "AutoContrast": (lambda image, _: ImageOps.autocontrast(image), False),
     "Equalize": (lambda image, _: ImageOps.equalize(image), False),
     "Invert": (lambda image, _: ImageOps.invert(image), False),
@@ -183,7 +183,8 @@ def random_erase(pixels: np.ndarray, rng: np.random.Generator, probability: floa
     covering a fraction in `scale` of the area at an aspect ratio in `ratio`; ten tries."""
     if probability <= 0 or rng.random() >= probability:
         return pixels
-    drawn = random_box(*pixels.shape[:2], scale, ratio, rng, whole=False)  # (height, width)
+    height, width = pixels.shape[:2]
+    drawn = random_box(height, width, scale, ratio, rng, whole=False)  # (height, width)
     if drawn is None:
         return pixels
     top, left, h, w = drawn

@@ -45,7 +45,11 @@ class BadFileLog:
         self.directory = Path(directory or tempfile.mkdtemp(prefix="hvdcls-bad-files-"))
         if directory is None:
             owner = os.getpid()  # forked workers inherit atexit hooks: only the owner removes it
-            atexit.register(lambda: os.getpid() == owner and self.remove())
+            atexit.register(self._remove_if_owner, owner)
+
+    def _remove_if_owner(self, owner: int) -> None:
+        if os.getpid() == owner:
+            self.remove()
 
     def met(self, err: UnreadableImage) -> None:
         """Called for every failed read: raise (fail) or warn the first time (skip)."""

@@ -51,7 +51,7 @@ class EpochBatches:
         indices = self.batches[k]
         images = np.stack([self._one(int(i)) for i in indices])
         labels = np.asarray([self.source.label(int(i)) for i in indices], np.int64)
-        if self.soft_classes:
+        if self.soft_classes and self.mix is not None:
             return self.mix(images, labels, self.epoch, int(indices[0]))
         return images, labels
 

@@ -12,8 +12,7 @@ import numpy as np
 from hvdcls.config import Config
 from hvdcls.data import lmdb_store, presets
 from hvdcls.data.bad_files import BadFileLog, CheckedSource
-from hvdcls.data.sources import (ArraySource, Data, FileSource, SyntheticSource, imagefolder_splits,
-                                 split_source)
+from hvdcls.data.sources import ArraySource, Data, FileSource, SyntheticSource, imagefolder_splits, split_source
 from hvdcls.errors import UserError
 
 
@@ -71,13 +70,16 @@ def open_data(config: Config) -> Data:
 
 
 def _open_format(config: Config) -> Data:
-    name, path = config.data.name, config.data.path
+    name: str = config.data.name
+    path = config.data.path
     if name == "auto":
         name = detect_format(Path(path)) if path else "digits"
     if name == "digits":
         return digits(config)
     if name == "synthetic":
         return synthetic(config)
+    if path is None:
+        raise UserError(f"data.name={name} needs data.path")
     root = Path(path)
     if not root.exists():
         raise UserError(f"data path {root} does not exist")

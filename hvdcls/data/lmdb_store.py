@@ -5,9 +5,9 @@
 
 Layout (version 1): the key `__meta__` holds JSON {format, version, classes, splits:{name: n}};
 `__labels__/<split>` holds that split's labels as little-endian int32 (so opening a file of a
-million images reads kilobytes, not the images); `<split>/<index, 9 digits>` holds a 4-byte little-endian label followed by the image
-file's original bytes (no re-encoding, so packing loses nothing). The file is written under a
-temporary name and renamed when complete.
+million images reads kilobytes, not the images); `<split>/<index, 9 digits>` holds a 4-byte
+little-endian label followed by the image file's original bytes (no re-encoding, so packing loses
+nothing). The file is written under a temporary name and renamed when complete.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import struct
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +58,7 @@ def pack(source_dir: Path, out_path: Path, progress: bool = True) -> dict:
     tmp = out_path.with_name(f".{out_path.name}.tmp-{os.getpid()}")
     env = _lmdb().open(str(tmp), subdir=False, map_size=int(total_bytes * 1.1) + (64 << 20),
                        lock=False, sync=False)
-    meta = {"format": FORMAT, "version": VERSION, "classes": splits["train"][0],
+    meta: dict[str, Any] = {"format": FORMAT, "version": VERSION, "classes": splits["train"][0],
             "splits": {name: len(paths) for name, (_, paths, _) in splits.items()}}
     try:
         with tqdm(total=sum(meta["splits"].values()), unit="img", disable=not progress,
@@ -108,7 +109,7 @@ class LMDBSource(LabelledSource):
         return open_image_bytes(self._record(index)[LABEL.size:], f"{self.path}:{self.split}/{index}")
 
 
-_ENVS: dict[tuple[str, int], object] = {}
+_ENVS: dict[tuple[str, int], Any] = {}  # lmdb.Environment
 _ENVS_LOCK = threading.Lock()
 
 

@@ -85,7 +85,7 @@ class Preprocess:
         rng = sample_rng(self.seed, epoch, index)
         out = self.reshape(image, rng)
         if rng.random() < hflip_probability(self.config, self.geometry):
-            out = out.transpose(Image.FLIP_LEFT_RIGHT)
+            out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         out = apply_policy(aug.policy, out, rng, aug.num_ops, aug.magnitude)
         return random_erase(self.normalise(out), rng, aug.random_erase)
 
@@ -97,7 +97,7 @@ class Preprocess:
             box = random_resized_crop_box(*image.size, aug.scale, aug.ratio, rng)
         elif geometry == "small":
             box = random_resized_crop_box(*image.size, SMALL_SCALE, SMALL_RATIO, rng)
-        out = image.resize((size, size), Image.BILINEAR, box=box)
+        out = image.resize((size, size), Image.Resampling.BILINEAR, box=box)
         if geometry == "small":
             out = pad_and_crop(out, max(1, round(size * SMALL_PAD)), rng)
         return out
@@ -105,7 +105,7 @@ class Preprocess:
     def eval(self, image: Image.Image) -> np.ndarray:
         size = self.config.image_size
         box = centre_crop_box(*image.size, self.config.eval_crop)
-        return self.normalise(image.resize((size, size), Image.BILINEAR, box=box))
+        return self.normalise(image.resize((size, size), Image.Resampling.BILINEAR, box=box))
 
     def normalise(self, image: Image.Image) -> np.ndarray:
         pixels = np.asarray(image, dtype=np.float32) / 255.0

@@ -87,7 +87,7 @@ class EpochRecord:
     def from_dict(cls, record: dict) -> "EpochRecord":
         """A record read back (a checkpoint's history). One written by an earlier version may
         lack keys added since: they read as None, as unmeasured values do."""
-        return cls(**{f.name: record.get(f.name) for f in fields(cls)})
+        return cls(**{f.name: record.get(f.name) for f in fields(cls)})  # type: ignore[arg-type]
 
 
 class Sink:
@@ -179,7 +179,8 @@ class LossReads:
     LOSS_READ_INTERVAL_SECONDS, so a GPU is not made to wait for every step just to draw a bar."""
 
     def __init__(self, log_every: int, interval: float = LOSS_READ_INTERVAL_SECONDS):
-        self.log_every, self.interval, self.last = log_every, interval, None
+        self.log_every, self.interval = log_every, interval
+        self.last: Optional[float] = None
 
     def due(self, step: int, steps: int, now: float) -> bool:
         if (step in (0, steps - 1) or (step + 1) % self.log_every == 0 or self.last is None

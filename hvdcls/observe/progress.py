@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Optional, TextIO
+from typing import TYPE_CHECKING, Optional, TextIO
 
 from hvdcls.observe.monitor import RunInfo, Sink, StepSample
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 
 def choose_mode(setting: str, stream: TextIO) -> str:
@@ -58,8 +61,9 @@ class Pace:
     def __init__(self, clock=time.perf_counter):
         self.clock = clock
         self.steps_done, self.step_seconds, self.evals, self.eval_seconds = 0, 0.0, 0, 0.0
-        self.epoch_images, self.epoch_started = 0, None
-        self.last_step_end: Optional[float] = None
+        self.epoch_images = 0
+        self.epoch_started: Optional[float] = None  # None until the first start_epoch()
+        self.last_step_end: float = 0.0
 
     def start_epoch(self) -> None:
         self.epoch_started = self.last_step_end = self.clock()
@@ -76,6 +80,8 @@ class Pace:
         self.eval_seconds += max(0.0, record["epoch_seconds"] - record["train_seconds"])
 
     def images_per_second(self) -> float:
+        if self.epoch_started is None:
+            return 0.0
         elapsed = self.last_step_end - self.epoch_started
         return self.epoch_images / elapsed if elapsed > 0 else 0.0
 
@@ -88,7 +94,7 @@ class Pace:
 class Progress(Sink):
     def __init__(self, mode: str, log_every: int, stream: TextIO = sys.stdout):
         self.mode, self.log_every, self.stream = mode, log_every, stream
-        self.bar = None
+        self.bar: Optional[tqdm] = None
         self.loss: Optional[float] = None
         self.pace = Pace()
 
@@ -130,6 +136,7 @@ class Progress(Sink):
                 f"eta {format_duration(self.pace.eta(steps_left, epochs_after))}")
 
     def _update_bar(self, sample: StepSample) -> None:
+        assert self.bar is not None  # made when the epoch started
         self.bar.set_postfix_str(self._status(sample, with_step=False), refresh=False)
         self.bar.update(1)
 

@@ -106,6 +106,7 @@ class RunCollector:
         done = self.state.done
         for name, kind, help_text, samples in METRICS:
             extra = sorted({key for _, labels in samples for key in labels})
+            family: CounterMetricFamily | GaugeMetricFamily
             if kind == "counter":  # prometheus-client adds the _total itself
                 family = CounterMetricFamily(PREFIX + name.removesuffix("_total"), help_text,
                                              labels=[*self.labels, *extra])
@@ -138,7 +139,8 @@ class PrometheusSink(Sink):
         from prometheus_client import CollectorRegistry, start_http_server
 
         self.state = RunState()
-        self._epoch_seconds, self._epoch_images, self._epoch_allreduce = 0.0, 0, None
+        self._epoch_seconds, self._epoch_images = 0.0, 0
+        self._epoch_allreduce: Optional[float] = None
         self.collector = RunCollector(self.state, labels)
         self.linger_seconds = linger_seconds
         registry = CollectorRegistry(auto_describe=False)

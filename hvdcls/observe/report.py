@@ -27,7 +27,8 @@ REPORT_FILE = "report.png"
 RUN_REPORT_TIMELINE_LIMIT = 256 << 20  # larger timelines: `hvdcls report` or `hvdcls timeline`
 FIGURE_INCHES, DPI = (11.0, 7.5), 100
 BALANCED_FIGURE_INCHES = (11.0, 10.5)  # a third row: the balancing plan
-NOT_MEASURED = "all-reduce wait not separable in this backend:\nrun with horovod.timeline=PATH, then hvdcls timeline PATH"
+NOT_MEASURED = ("all-reduce wait not separable in this backend:\n"
+                "run with horovod.timeline=PATH, then hvdcls timeline PATH")
 
 
 @dataclass

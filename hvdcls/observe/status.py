@@ -62,6 +62,7 @@ class StatusSink(Sink):
 
     def step(self, sample: StepSample) -> None:
         info, now = self.info, self.clock()
+        assert info is not None, "the monitor starts a sink before its first step"
         steps = info.steps_per_epoch
         self.update(epoch=sample.epoch + 1, step=sample.step + 1, last_step_at=now,
                     fraction=min(1.0, (sample.epoch * steps + sample.step + 1) / (info.epochs * steps)))

@@ -4,8 +4,9 @@
 
 One writer for torch and TensorFlow: the `tensorboard` package's record framing and
 protobufs, which import neither framework (tensorboardX and torch.utils.tensorboard import
-torch; tf.summary and tensorboard's EventFileWriter import TensorFlow). Event files are append-only streams that TensorBoard
-reads while they grow, so unlike the run's other files they are not written atomically.
+torch; tf.summary and tensorboard's EventFileWriter import TensorFlow). Event files are
+append-only streams that TensorBoard reads while they grow, so unlike the run's other files they
+are not written atomically.
 
 Tags: step/loss, step/lr, step/images_per_sec (x = global step, when the loss was read);
 epoch/<key> for every number of metrics.jsonl (x = epoch).
@@ -16,6 +17,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import Optional
 
 from hvdcls.observe.monitor import RunInfo, Sink, StepSample
 
@@ -45,7 +47,7 @@ class ScalarWriter:
     def _write(self, event) -> None:
         self.records.write(event.SerializeToString())
 
-    def add(self, scalars: dict[str, float], step: int) -> None:
+    def add(self, scalars: dict[str, Optional[float]], step: int) -> None:
         from tensorboard.compat.proto import event_pb2, summary_pb2
 
         values = [summary_pb2.Summary.Value(tag=tag, simple_value=float(value))
@@ -64,7 +66,7 @@ class ScalarWriter:
 class TensorBoardSink(Sink):
     def __init__(self, logdir: Path):
         self.logdir = Path(logdir)
-        self.writer = None
+        self.writer: Optional[ScalarWriter] = None
         self.images, self.seconds = 0, 0.0
 
     def start(self, info: RunInfo) -> None:
@@ -76,6 +78,7 @@ class TensorBoardSink(Sink):
         self.seconds += sample.seconds + sample.data_wait
         if sample.loss is None:  # only when the loss was read anyway (see monitor.LossReads)
             return
+        assert self.writer is not None  # start() came first
         global_step = sample.epoch * self.info.steps_per_epoch + sample.step + 1
         self.writer.add({"step/loss": sample.loss, "step/lr": sample.lr,
                          "step/images_per_sec": self.images / self.seconds if self.seconds else None},
@@ -83,6 +86,7 @@ class TensorBoardSink(Sink):
         self.images, self.seconds = 0, 0.0
 
     def epoch(self, record: dict, history: list[dict]) -> None:
+        assert self.writer is not None  # start() came first
         self.writer.add({f"epoch/{key}": record.get(key) for key in EPOCH_KEYS}, record["epoch"])
 
     def close(self) -> None:

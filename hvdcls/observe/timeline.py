@@ -27,7 +27,7 @@ import math
 from array import array
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Optional, TextIO
 
 import numpy as np
 
@@ -134,7 +134,7 @@ class _Accumulator:
         self.fused_tensors = self.fused_bytes = 0
 
     def add(self, event: dict) -> None:
-        phase, pid, ts = event.get("ph"), event.get("pid"), event.get("ts")
+        phase, pid, ts = event.get("ph"), event.get("pid", 0), event.get("ts")
         if phase == "M" or ts is None:
             if event.get("name") == "process_name" and "name" in event.get("args", {}):
                 self.tensors.add(pid)
@@ -228,7 +228,7 @@ def format_summary(s: TimelineSummary) -> str:
     return "\n".join(lines)
 
 
-def main(path: Path, as_json: bool = False, out: Optional[object] = None) -> int:
+def main(path: Path, as_json: bool = False, out: Optional[TextIO] = None) -> int:
     summary = summarize(path)
     text = json.dumps(summary.to_dict(), indent=2, sort_keys=True) if as_json else format_summary(summary)
     print(text, file=out)

@@ -46,9 +46,11 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def run_slurm_script(args: argparse.Namespace) -> int:
     """Print the batch script for a spec, and write its RUN_DIR/job.yaml, for submitting by hand."""
+    from pydantic import ValidationError
+
     from hvdcls import config as cfg
-    from hvdcls.fileio import write_atomic
     from hvdcls.errors import UserError
+    from hvdcls.fileio import write_atomic
     from hvdcls.serve import runner
     from hvdcls.serve import spec as job_spec
     from hvdcls.serve.executors import slurm_batch
@@ -57,7 +59,7 @@ def run_slurm_script(args: argparse.Namespace) -> int:
     try:
         spec = job_spec.JobSpec(np=args.np, backend=args.backend, elastic=args.elastic, min_np=args.min_np,
                                 max_np=args.max_np)
-    except ValueError as err:  # pydantic's ValidationError: the first problem, on one line
+    except ValidationError as err:  # the first problem, on one line
         raise UserError(f"slurm-script: {err.errors()[0]['msg'].removeprefix('Value error, ')}") from None
     config = cfg.load(args.config, overrides=args.overrides, flags={"training.elastic": True} if spec.elastic else None)
     options = SlurmOptions.from_args(args)
@@ -65,7 +67,7 @@ def run_slurm_script(args: argparse.Namespace) -> int:
         raise UserError("--elastic needs horovodrun (Horovod's elastic driver), not --launcher mpirun")
     run_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(run_dir / runner.JOB_CONFIG, cfg.to_yaml(job_spec.job_config(config, run_dir)).encode())
-    elastic = slurm_batch.Elastic(spec.min_np, spec.max_np) if spec.elastic else None
+    elastic = slurm_batch.Elastic(*spec.bounds) if spec.elastic else None
     print(slurm_batch.batch_script(args.name or "hvdcls", args.np, args.backend, run_dir, options, elastic), end="")
     return 0
 

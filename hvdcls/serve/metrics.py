@@ -96,7 +96,8 @@ class ServiceCollector:
 
     def running_jobs(self):
         labels = ["job_id", "name", "backend"]
-        progress = GaugeMetricFamily("hvdcls_serve_job_progress", "Fraction of a running job's steps done", labels=labels)
+        progress = GaugeMetricFamily("hvdcls_serve_job_progress", "Fraction of a running job's steps done",
+                                     labels=labels)
         slots = GaugeMetricFamily("hvdcls_serve_job_slots", "Slots a running job holds (elastic: now)", labels=labels)
         for job in self.service.store.list((RUNNING,)):
             status = status_file.read(Path(job.run_dir)) if job.run_dir else None

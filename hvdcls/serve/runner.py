@@ -25,17 +25,26 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from hvdcls import config as cfg
 from hvdcls import launch, status_file
 from hvdcls.fileio import write_atomic, write_json_atomic
+
+if TYPE_CHECKING:
+    from hvdcls.serve.store import Job
 
 SPEC, JOB_CONFIG, HOSTFILE = "spec.json", "job.yaml", "hostfile"
 DISCOVERY, ALLOCATION = "discover.sh", "allocation"
 STDOUT, STDERR, EXIT = "stdout.log", "stderr.log", "exit_status.json"
 # A checkpoint as hvdcls.training.checkpoint writes it (the service does not import training).
 CHECKPOINTS = "checkpoints/epoch-*/state.json"
+
+
+def directory(job: "Job") -> Path:
+    """The job's run directory: every job an executor was given has one."""
+    assert job.run_dir is not None, f"job {job.id} has no run directory"
+    return Path(job.run_dir)
 
 
 def prepare(run_dir: Path, spec: dict, config: cfg.Config) -> None:

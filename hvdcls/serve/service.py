@@ -81,7 +81,7 @@ class Service:
         if not self.executor.holds(job):
             job = self.store.update(job_id, expect=(QUEUED,), state=CANCELLED, ended_at=now,
                                     message="cancelled before it started") or self.store.get(job_id)
-        if job.state in (QUEUED, RUNNING) and job.stop_requested_at is None:
+        if job is not None and job.state in (QUEUED, RUNNING) and job.stop_requested_at is None:
             self.store.update(job_id, expect=(QUEUED, RUNNING), stop_requested_at=now)
         self.wake.set()
         return self.store.get(job_id)
@@ -145,7 +145,7 @@ class Service:
         else:
             self.store.update(job.id, expect=(QUEUED, RUNNING), state=FAILED, ended_at=time.time(),
                               message=runner.failure_message(
-                                  Path(job.run_dir), "its processes were gone when the service restarted"))
+                                  runner.directory(job), "its processes were gone when the service restarted"))
 
     def follow(self, job: Job, seen: Seen) -> None:
         if seen.state == QUEUED:  # the executor holds it, waiting
@@ -153,7 +153,7 @@ class Service:
                 self.store.update(job.id, expect=(QUEUED,), message=seen.message)
             self.signal_if_stopping(job)
         elif seen.state == RUNNING:
-            status = status_file.read(Path(job.run_dir))
+            status = status_file.read(runner.directory(job))
             job = self.note_running(job, seen, status) or job
             self.stop_if_hung(job, status)
             self.signal_if_stopping(job)
@@ -163,7 +163,8 @@ class Service:
     def note_running(self, job: Job, seen: Seen, status: Optional[RunStatus]) -> Optional[Job]:
         """The table follows the job: running (once its executor runs it), where (when the
         executor placed it: the world its status names), its first step."""
-        now, fields = time.time(), {}
+        now = time.time()
+        fields: dict[str, object] = {}
         if job.state == QUEUED:
             fields.update(state=RUNNING, started_at=now, resized_at=now, message=None)
         fields.update(self.hosts_change(job, self.placed(status, seen), now))
@@ -195,8 +196,9 @@ class Service:
         """How the job ended: a stop the service asked for (hung: failed; cancelled), else as
         the executor saw it. Its status.json is read a last time here, so what the table says
         of its world is what the job said last, however soon after its last change it ended."""
-        run_dir, now = Path(job.run_dir), time.time()
+        run_dir, now = runner.directory(job), time.time()
         fields = self.hosts_change(job, self.placed(status_file.read(run_dir), seen), now)
+        message: Optional[str]
         if job.stop_reason is not None:
             state, message = FAILED, runner.failure_message(run_dir, job.stop_reason)
         elif job.stop_requested_at is not None and seen.state != SUCCEEDED:
@@ -225,14 +227,14 @@ class Service:
 
     def signal_if_stopping(self, job: Job) -> None:
         """Ask the executor to stop the job once; force it after the grace period."""
-        job = self.store.get(job.id)  # stop_if_hung or a cancel may just have asked
-        if job is None or job.stop_requested_at is None or not self.executor.holds(job):
+        now = self.store.get(job.id)  # stop_if_hung or a cancel may just have asked
+        if now is None or now.stop_requested_at is None or not self.executor.holds(now):
             return
-        if job.id not in self.signalled:
-            self.executor.cancel(job)
-            self.signalled.add(job.id)
-        elif time.time() - job.stop_requested_at > self.settings.grace_seconds:
-            self.executor.cancel(job, force=True)
+        if now.id not in self.signalled:
+            self.executor.cancel(now)
+            self.signalled.add(now.id)
+        elif time.time() - now.stop_requested_at > self.settings.grace_seconds:
+            self.executor.cancel(now, force=True)
 
     def schedule(self) -> None:
         queued = self.store.list((QUEUED,))
@@ -247,10 +249,10 @@ class Service:
         """Shrink elastic jobs to admit the head of the queue; grow them when nothing waits."""
         queued = self.store.list((QUEUED,))
         running = [job for job in self.store.list((RUNNING,)) if job.hosts]
-        allocations = {job.id: json.loads(job.hosts) for job in running}
+        allocations = {job.id: json.loads(job.hosts or "{}") for job in running}
         free = scheduler.free_slots(self.inventory, list(allocations.values()))
-        resizable = [elasticity.Resizable(job.id, sum(allocations[job.id].values()), job.min_np, job.max_np,
-                                          job.resized_at or 0.0)
+        resizable = [elasticity.Resizable(job.id, sum(allocations[job.id].values()), job.min_np or 1,
+                                          job.max_np or job.np, job.resized_at or 0.0)
                      for job in running if job.elastic and job.stop_requested_at is None and self.executor.holds(job)]
         sizes = elasticity.resize(queued[0].np if queued else None, sum(free.values()), resizable,
                                   time.time(), self.settings.resize_cooldown_seconds)
@@ -294,4 +296,5 @@ class Service:
         log.info("job %d: started by %s on %s (%s)", job.id, self.executor.name, allocation or "its own nodes",
                  ", ".join(f"{k} {v}" for k, v in handle.columns().items() if v is not None))
         # launch() counted the attempt as it claimed the job; a job handed over at submit is at its first
-        return self.store.update(job.id, run_dir=str(run_dir), attempts=max(job.attempts, 1), **handle.columns())
+        started = self.store.update(job.id, run_dir=str(run_dir), attempts=max(job.attempts, 1), **handle.columns())
+        return started or job  # None only if the row went meanwhile

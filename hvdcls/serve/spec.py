@@ -87,8 +87,15 @@ class JobSpec(BaseModel):
         return self
 
     @property
+    def bounds(self) -> tuple[int, int]:
+        """(min_np, max_np) as the job may run: an elastic job's, else np and np."""
+        if not self.elastic:
+            return self.np, self.np
+        return self.min_np or 1, self.max_np or self.np
+
+    @property
     def most_slots(self) -> int:
-        return self.max_np if self.elastic else self.np
+        return self.bounds[1]
 
 
 def resolve(spec: JobSpec, data_roots: list[Path]) -> cfg.Config:

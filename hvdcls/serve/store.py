@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from sqlalchemy import Boolean, Float, Integer, String, Text, create_engine, event, func, inspect, select, text
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded", "failed", "cancelled"
 STATES = (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
@@ -109,7 +109,7 @@ class Store:
     def counts(self) -> dict[str, int]:
         with self.session() as session:
             rows = session.execute(select(Job.state, func.count()).group_by(Job.state))
-            return {**dict.fromkeys(STATES, 0), **{state: n for state, n in rows}}
+            return {**dict.fromkeys(STATES, 0), **dict(rows.tuples().all())}
 
     def total_resizes(self) -> int:
         with self.session() as session:

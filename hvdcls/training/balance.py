@@ -58,7 +58,7 @@ def equal_time_shares(total: int, lines: Sequence[Line], low: int, high: int) ->
     while True:
         free = [i for i, s in enumerate(shares) if s is None]
         if not free:
-            return [float(s) for s in shares]
+            return [float(s) for s in shares if s is not None]
         left = total - sum(s for s in shares if s is not None)
         rate = sum(1.0 / lines[i][1] for i in free)
         target = (left + sum(lines[i][0] / lines[i][1] for i in free)) / rate
@@ -67,7 +67,7 @@ def equal_time_shares(total: int, lines: Sequence[Line], low: int, high: int) ->
         if not clipped:
             for i, x in proposal.items():
                 shares[i] = x
-            return [float(s) for s in shares]
+            return [float(s) for s in shares if s is not None]
         for i, x in clipped.items():
             shares[i] = x
 

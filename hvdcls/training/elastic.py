@@ -35,9 +35,10 @@ from hvdcls.errors import UserError
 from hvdcls.observe.monitor import EpochRecord, Monitor, Sink
 from hvdcls.training import schedule
 from hvdcls.training.faults import StepHooks
-from hvdcls.training.loop import EpochTimes, Reduced, StepHook, Tally, Trainer, as_floats, world_hosts
+from hvdcls.training.loop import EpochTimes, Reduced, StepHook, Tally, Trainer, as_floats, shifted, world_hosts
 from hvdcls.training.outputs import RunOutputs
 from hvdcls.training.watchdog import COMMITTING, RESETTING, Phases, Watchdog
+
 
 def initial_progress(start_epoch: int, history: list[EpochRecord]) -> dict:
     """What the elastic state carries besides model and optimizer (rank 0's wins on sync)."""
@@ -252,7 +253,7 @@ class ElasticTrainer:
             position = schedule_position(epoch, consumed, shards)
             trainer.step_origin = state.global_step - first
             batches = trainer.epoch_batches(epoch, rest_of_epoch(shards, trainer, epoch, consumed))
-            tally = trainer.run_steps(epoch, batches, first, lambda i, at=position: lr_at(at + i),
+            tally = trainer.run_steps(epoch, batches, first, shifted(lr_at, position),
                                       times, commits)
             if tally.steps:
                 commits.fold(tally)

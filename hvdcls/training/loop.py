@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, NamedTuple, Optional
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 
 import numpy as np
 
@@ -29,8 +29,17 @@ from hvdcls.observe.monitor import EpochRecord, LossReads, Monitor, RunInfo, Ste
 from hvdcls.training import balance, checkpoint, ema, faults, schedule
 from hvdcls.training.outputs import RunOutputs
 from hvdcls.training.profiling import StepProfiler
-from hvdcls.training.watchdog import (ALLREDUCE, CHECKPOINTING, COMPUTING, EPOCH_COLLECTIVES,
-                                      EVALUATING, IN_STEP, READING, RECORDING, Phases)
+from hvdcls.training.watchdog import (
+    ALLREDUCE,
+    CHECKPOINTING,
+    COMPUTING,
+    EPOCH_COLLECTIVES,
+    EVALUATING,
+    IN_STEP,
+    READING,
+    RECORDING,
+    Phases,
+)
 
 
 def epoch_seed(seed: int, epoch: int, rank: int) -> int:
@@ -104,7 +113,7 @@ class Tally:
 
     def merge(self, later: "Tally") -> None:
         """Fold in a tally of the steps that followed (balancing: one per plan in force)."""
-        if later.steps:
+        if later.steps and later.total is not None:
             self.total, self.lr = add(self.total, later.total), later.lr
             self.steps += later.steps
 
@@ -124,6 +133,11 @@ class StepHook:
 
     def after_step(self, tally: Tally) -> None:
         """Called once the step is counted in `tally` (which the hook may fold and restart)."""
+
+
+def shifted(lr_at: Callable[[Any], float], first: float) -> Callable[[int], float]:
+    """The schedule `lr_at` as seen by a run of steps that starts at its step `first`."""
+    return lambda i: lr_at(first + i)
 
 
 def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seconds: float,
@@ -232,7 +246,10 @@ class Trainer:
         self.backend.seed(epoch_seed(self.config.training.seed, epoch, self.ctx.rank))
         steps = self.shards.steps_per_epoch
         times = EpochTimes(sent_before=sent_bytes(self.backend))
-        lr_at = lambda i: self.lr_at(epoch * steps + i)  # noqa: E731
+
+        def lr_at(i: int) -> float:
+            return self.lr_at(epoch * steps + i)
+
         self.step_origin = epoch * steps
         if self.rebalancer is None:
             batches = self.epoch_batches(epoch, self.shards.batches(epoch))
@@ -248,11 +265,12 @@ class Trainer:
     def run_balanced(self, epoch: int, lr_at: Callable[[int], float], times: EpochTimes) -> Tally:
         """The epoch's steps under the balancer's plans: one loader per plan in force, as a
         new plan changes what every later step reads (at a step boundary, on every rank)."""
+        assert isinstance(self.shards, BalancedShards) and self.rebalancer is not None
         tally, step = Tally(), 0
         while step < self.shards.steps_per_epoch:
             indices = self.shards.balanced_batches(epoch, self.rebalancer.plan.batches, step)
             segment = self.run_steps(epoch, self.epoch_batches(epoch, indices), step,
-                                     lambda i, first=step: lr_at(first + i), times)
+                                     shifted(lr_at, step), times)
             tally.merge(segment)
             step += segment.steps
         return tally
@@ -294,7 +312,9 @@ class Trainer:
         batches = self.faults.stalling(batches, first_step, self.passes, first_epoch)
         loader = LoaderWait(self.backend.loader(batches, self.config.data.workers))
         # Asked only once reading is overdue: which loader worker holds the batch waited for.
-        worker = lambda: self.backend.loader_worker(loader, batches)  # noqa: E731
+        def worker():
+            return self.backend.loader_worker(loader, batches)
+
         self.phases.slow_until_step(READING, first_step, worker)
         for i, micro in enumerate(grouped(loader, self.passes)):
             step = first_step + i
@@ -348,7 +368,7 @@ class Trainer:
                 ema_val = self.evaluate()
         seconds = train_seconds if started is None else time.perf_counter() - started
         record = epoch_record(epoch, train, val, lr, train_seconds, seconds, times,
-                              self.ctx.size, steps, ema_val, self.rebalancer and self.rebalancer.plan)
+                              self.ctx.size, steps, ema_val, self.rebalancer.plan if self.rebalancer else None)
         self.phases.enter(RECORDING)
         self.outputs.add_epoch(record)
         self.monitor.epoch(record, self.outputs.history)

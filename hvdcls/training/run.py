@@ -19,9 +19,10 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
-from hvdcls import __version__, config as cfg, horovod_env, registry, status_file
+from hvdcls import __version__, horovod_env, registry, status_file
+from hvdcls import config as cfg
 from hvdcls.backend import Backend, Context, weights_digest
 from hvdcls.data import bad_files, datasets
 from hvdcls.data.sources import Data
@@ -118,6 +119,7 @@ def train_watched(job: Job, ctx: Context, kind: "RunKind", dog: watchdog.Watchdo
     start_epoch, history = kind.restore(job, ctx, resumed, outputs)
     if config.training.eval_only:  # plain runs only: the config refuses it with elastic
         trainer = Trainer(config, backend, ctx, data, outputs, phases=dog.phases)
+        assert resumed is not None  # the config refuses eval_only without resume
         return evaluate_only(trainer, backend, ctx, resumed, outputs)
     with Monitor(kind.make_sinks(job, ctx, outputs)) as monitor, failures_told(monitor):
         outputs.write_config(cfg.to_yaml(config))
@@ -160,8 +162,9 @@ def closing_summary(job: Job, ended: Ended, model_info: dict,
     summary = make_summary(job.config, ended.ctx, data, model_info, job.horovod_settings,
                            ended.history, job.started, resumed)
     summary.update(ended.extra)
-    summary["bad_files"] = bad_files.summarise(
-        job.config.data.bad_files, backend.allgather_object(data.bad_files.skipped(), "bad_files"))
+    skipped = data.bad_files.skipped() if data.bad_files is not None else []
+    summary["bad_files"] = bad_files.summarise(job.config.data.bad_files,
+                                               backend.allgather_object(skipped, "bad_files"))
     summary["communication"] = backend.communication()
     return with_rank_facts(summary, backend)
 
@@ -225,7 +228,9 @@ class PlainRun(RunKind):
 
     def start_watchdog(self, job: Job, ctx: Context) -> watchdog.Watchdog:
         # Every rank joins the broadcast of rank 0's heartbeat address.
-        share = lambda address: job.backend.broadcast_object(address, "heartbeat")  # noqa: E731
+        def share(address):
+            return job.backend.broadcast_object(address, "heartbeat")
+
         return watchdog.start(job.config.training.stall_timeout_seconds, ctx.rank, ctx.size, share)
 
     def train(self, job: Job, ctx: Context, outputs: RunOutputs, monitor: Monitor,
@@ -272,13 +277,15 @@ class ElasticRun(RunKind):
         # A Horovod shutdown here is elastic's to recover from, not a stall to report.
         # A process that becomes rank 0 later makes the watchers itself, and says so itself.
         rank_zero_outputs = RunOutputs(outputs.run_dir, enabled=True)
-        sinks = lambda metrics: make_sinks(job.config, job.backend_name,  # noqa: E731
-                                           rank_zero_outputs, metrics, status_file.RESETTING)
+
+        def sinks(metrics):
+            return make_sinks(job.config, job.backend_name, rank_zero_outputs, metrics, status_file.RESETTING)
+
         trainer, state, recoveries = elastic.run(job.config, job.backend, job.data,
                                                  outputs.run_dir, monitor, start_epoch, history, dog,
                                                  make_sinks=sinks,
                                                  stop_writer=lambda out, c: stop_writer(job, c, out))
-        extra = {"elastic": recoveries}
+        extra: dict[str, Any] = {"elastic": recoveries}
         if trainer.rebalancer is not None:  # every world's plans, from the state
             extra["balance"] = elastic.balance_summary(trainer, state)
         return Ended(trainer.ctx, trainer.outputs, state.history, extra)

@@ -13,8 +13,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hvdcls.config import OptimizerConfig, ScheduleConfig
-from hvdcls.config import peak_lr  # the scaling rule: config's, shared with worker_lr
+from hvdcls.config import (
+    OptimizerConfig,
+    ScheduleConfig,
+    peak_lr,  # the scaling rule: config's, shared with worker_lr
+)
 
 
 @dataclass(frozen=True)

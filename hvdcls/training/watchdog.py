@@ -159,7 +159,7 @@ def ask(detail: Optional[Callable[[], Optional[str]]]) -> Optional[str]:
 
 def describe(phase: str, step: Optional[int], detail: Optional[str] = None) -> str:
     """`reading data (step 3, loader worker 1, pid 4242)`"""
-    said = [f"step {step}"] * (step is not None) + [detail] * bool(detail)
+    said = [f"step {step}"] * (step is not None) + ([detail] if detail else [])
     return f"{phase} ({', '.join(said)})" if said else phase
 
 
@@ -285,6 +285,7 @@ class Watchdog:
         """Rank 0, told by another rank that its watchdog ends it: say where this rank is, and
         end too (the job cannot go on) or, elastic, let Horovod go on without it."""
         stop, here = board.stopped, self.phases.report()
+        assert stop is not None  # the board said a rank stopped
         said = (f"rank {stop['rank']} ({stop['host']}) stopped by its watchdog: {stop['message']}; "
                 f"rank {self.rank} ({self.host}): {describe(here['phase'], here['step'])} for "
                 f"{here['in_phase']:.0f} s")
@@ -315,7 +316,8 @@ def channels(rank: int, size: int,
     its address (a broadcast every rank joins), the others send to it."""
     if size < 2:
         return None, None
-    address, board = None, None
+    address: object = None
+    board: Optional[Board] = None
     if rank == 0:
         try:
             board = Board(size)
@@ -323,7 +325,7 @@ def channels(rank: int, size: int,
         except OSError as err:  # no heartbeats then; every rank must still join the broadcast
             say(f"rank 0: no heartbeat socket ({err}); each rank watches itself only")
     address = share(address)
-    if rank != 0 and address is not None:
+    if rank != 0 and isinstance(address, (tuple, list)):
         return Sender((address[0], int(address[1]))), None
     return None, board
 

@@ -72,17 +72,17 @@ class HostsExecutor(Executor):
             if code is None:
                 return Seen(RUNNING)
             del self.children[job.id]
-            written = runner.exit_status(Path(job.run_dir))  # the wrapper's word: horovodrun's own
+            written = runner.exit_status(runner.directory(job))  # the wrapper's word: horovodrun's own
             return ended(written if written is not None else code)
         if job.pid is None or alive(job.pid, job.pid_start):
             return Seen(RUNNING)
-        code = runner.exit_status(Path(job.run_dir))
+        code = runner.exit_status(runner.directory(job))
         return ended(code if code is not None else -1)  # adopted, and gone without a word
 
     def adopt(self, job: "Job") -> Optional[Seen]:
         if job.pid is not None and alive(job.pid, job.pid_start):
             return Seen(RUNNING)
-        code = runner.exit_status(Path(job.run_dir)) if job.run_dir else None
+        code = runner.exit_status(runner.directory(job)) if job.run_dir else None
         return ended(code) if code is not None else None
 
     def cancel(self, job: "Job", force: bool = False) -> None:
@@ -91,7 +91,7 @@ class HostsExecutor(Executor):
             signal_group(job.pid, signal.SIGKILL if force else signal.SIGTERM)
 
     def resize(self, job: "Job", hosts: dict[str, int]) -> None:
-        runner.write_allocation(Path(job.run_dir), hosts)  # what its discovery prints from now on
+        runner.write_allocation(runner.directory(job), hosts)  # what its discovery prints from now on
 
 
 def ended(code: int) -> Seen:

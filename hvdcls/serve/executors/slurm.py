@@ -61,8 +61,7 @@ class SlurmExecutor(Executor):
     def start(self, attempt: Launch) -> Handle:
         """Write the batch script and sbatch it; Rejected (HTTP 400) with sbatch's reason."""
         spec, run_dir = attempt.spec, attempt.run_dir
-        elastic = (slurm_batch.Elastic(spec.min_np, spec.max_np, self.settings.network_interface)
-                   if spec.elastic else None)
+        elastic = slurm_batch.Elastic(*spec.bounds, self.settings.network_interface) if spec.elastic else None
         script = run_dir / slurm_batch.BATCH_SCRIPT
         write_atomic(script, slurm_batch.batch_script(f"hvdcls-{attempt.job_id}", spec.np, spec.backend, run_dir,
                                                       self.options(spec), elastic).encode())
@@ -75,12 +74,12 @@ class SlurmExecutor(Executor):
 
     def poll(self, jobs: list["Job"]) -> dict[int, Seen]:
         """One squeue for every job it holds, however many there are."""
-        held = [job for job in jobs if self.holds(job)]
-        answers = slurm_batch.query([job.external_id for job in held])
-        return {job.id: self.seen(job, answers.get(job.external_id)) for job in held}
+        held = {job.external_id: job for job in jobs if job.external_id is not None and self.holds(job)}
+        answers = slurm_batch.query(list(held))
+        return {job.id: self.seen(job, answers.get(slurm_id)) for slurm_id, job in held.items()}
 
     def seen(self, job: "Job", found: Optional[slurm_batch.Status]) -> Seen:
-        run_dir = Path(job.run_dir)
+        run_dir = runner.directory(job)
         if found is None:  # Slurm forgot it (MinJobAge): the wrapper's record, if any
             code = runner.exit_status(run_dir)
             found = slurm_batch.Status(SUCCEEDED if code == 0 else FAILED, "GONE", code if code is not None else -1)
@@ -96,7 +95,7 @@ class SlurmExecutor(Executor):
         return self.ended(job, found)
 
     def ended(self, job: "Job", found: slurm_batch.Status) -> Seen:
-        run_dir = Path(job.run_dir)
+        run_dir = runner.directory(job)
         written = runner.exit_status(run_dir)  # horovodrun's own status, when the wrapper got to write it
         code = written if written is not None else found.exit_code
         hosts = allocation(run_dir)
@@ -115,7 +114,7 @@ class SlurmExecutor(Executor):
 
     def cancel(self, job: "Job", force: bool = False) -> None:
         """scancel; Slurm itself goes from SIGTERM to SIGKILL (its KillWait), so forcing adds nothing."""
-        if not force:
+        if not force and job.external_id is not None:
             slurm_batch.cancel(job.external_id)
 
     def resize(self, job: "Job", hosts: dict[str, int]) -> None:

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Optional
 
 from hvdcls import launch
-from hvdcls.fileio import write_atomic
 from hvdcls.errors import UserError
+from hvdcls.fileio import write_atomic
 from hvdcls.serve import runner
 from hvdcls.serve.scheduler import parse_hosts
 
@@ -61,7 +61,8 @@ exit 0
 
 
 def discovery_script(run_dir: Path) -> str:
-    words = {"@NODES@": shlex.quote(str(run_dir / NODES)), "@ALLOCATION@": shlex.quote(str(run_dir / runner.ALLOCATION)),
+    words = {"@NODES@": shlex.quote(str(run_dir / NODES)),
+             "@ALLOCATION@": shlex.quote(str(run_dir / runner.ALLOCATION)),
              "@STATES@": UNUSABLE_STATES, "@REACH@": str(REACH_SECONDS)}
     text = DISCOVERY_SCRIPT
     for word, value in words.items():

@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Mapping, Optional
 
 NAME = r"^[\w.-]+$"  # a partition's or an account's name: nothing a shell or sbatch would read
 
@@ -69,7 +69,7 @@ def add_flags(parser: argparse.ArgumentParser, whose: str) -> None:
                            help=meta["help"])
 
 
-def checked(meta: dict):
+def checked(meta: Mapping[str, Any]) -> Callable[[str], Any]:
     """argparse's type for one option: its kind, its pattern, its minimum."""
     def convert(text: str):
         value = meta["kind"](text)
