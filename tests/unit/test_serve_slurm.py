@@ -369,3 +369,19 @@ def test_the_world_recorded_is_the_one_the_job_wrote_last_even_when_it_ends_at_o
     shrunk = svc.store.get(other.id)
     assert (shrunk.state, json.loads(shrunk.hosts), shrunk.resizes) == (RUNNING, {"node1": 2}, 1)
     assert shrunk.first_step_at is None  # no step in its status yet
+
+
+def test_a_hung_job_under_slurm_is_scancelled_and_recorded_as_hung(tmp_path, fake):
+    """Hang detection under Slurm: the job's status.json says it last stepped long ago."""
+    svc = Service(Settings(state_dir=tmp_path, executor="slurm", hang_seconds=30))
+    job = svc.submit(JobSpec(np=2))
+    fake.state = "RUNNING"
+    svc.tick()
+    svc.store.update(job.id, started_at=1000.0)  # running since long ago ...
+    write_status(Path(job.run_dir), {"node1": 2}, last_step_at=1000.0, phase_since=990.0)  # ... silent as long
+    svc.tick()
+    assert fake.calls[-1] == ["scancel", "42"]
+    fake.state, fake.status = "CANCELLED", 15
+    svc.tick()
+    hung = svc.store.get(job.id)
+    assert hung.state == FAILED and hung.message.startswith("hung: no step for "), hung.message
