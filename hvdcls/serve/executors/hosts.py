@@ -23,6 +23,7 @@ from hvdcls.serve.executors.base import Executor, Handle, Launch, Seen
 from hvdcls.serve.store import FAILED, RUNNING, SUCCEEDED
 
 if TYPE_CHECKING:
+    from hvdcls.serve.settings import Settings
     from hvdcls.serve.spec import JobSpec
     from hvdcls.serve.store import Job
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 class HostsExecutor(Executor):
     name = "hosts"
 
-    def __init__(self, settings):
+    def __init__(self, settings: "Settings"):
         super().__init__(settings)
         if not settings.inventory:
             raise UserError("give the host inventory with --hosts HOST:SLOTS,... or --hosts-file FILE")

@@ -28,6 +28,7 @@ from hvdcls.serve.executors.slurm_options import SlurmOptions
 from hvdcls.serve.store import CANCELLED, FAILED, FINAL, QUEUED, RUNNING, SUCCEEDED
 
 if TYPE_CHECKING:
+    from hvdcls.serve.settings import Settings
     from hvdcls.serve.spec import JobSpec
     from hvdcls.serve.store import Job
 
@@ -38,7 +39,7 @@ class SlurmExecutor(Executor):
     name = "slurm"
     poll_seconds = 1.0  # one squeue per turn: Slurm's controller answers everyone
 
-    def __init__(self, settings):
+    def __init__(self, settings: "Settings"):
         super().__init__(settings)
         if settings.inventory:
             raise UserError("--executor slurm: Slurm owns the nodes; drop --hosts/--hosts-file")
