@@ -307,7 +307,7 @@ def test_an_elastic_job_records_each_change_of_its_nodes_and_why_it_failed(tmp_p
     svc.tick()
     failed = svc.store.get(below.id)
     assert failed.state == FAILED and failed.message.splitlines()[0] == (
-        "Slurm COMPLETING, exit status 1: 2 slot(s) left (node1:2), fewer than min_np=3"), failed.message
+        "Slurm FAILED, exit status 1: 2 slot(s) left (node1:2), fewer than min_np=3"), failed.message
     # Signalled (scancel, the time limit): only Slurm can tell which, so its end state is awaited.
     stopped = svc.submit(JobSpec(np=1))
     fake.state = "COMPLETING"

@@ -87,8 +87,11 @@ class SlurmExecutor(Executor):
         code = ended_by_itself(run_dir) if found.slurm_state == "COMPLETING" else None
         if code is not None:
             # Its script ended on its own; Slurm still cleans up its nodes (a lost one until
-            # SlurmdTimeout marks it DOWN, 300 s by default): nothing will change how it ended.
-            found = slurm_batch.Status(SUCCEEDED if code == 0 else FAILED, "COMPLETING", code)
+            # SlurmdTimeout marks it DOWN, 300 s by default): nothing will change how it ended,
+            # so it is recorded now, in the state Slurm gives a batch script ending so (whether
+            # this turn saw it COMPLETING or the next sees it done must not change the record).
+            found = (slurm_batch.Status(SUCCEEDED, "COMPLETED", code) if code == 0
+                     else slurm_batch.Status(FAILED, "FAILED", code))
         if found.state == QUEUED:
             return Seen(QUEUED, message=f"pending in Slurm ({found.reason})" if found.reason else "pending in Slurm")
         if found.state == RUNNING:
