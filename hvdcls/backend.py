@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import os
+import socket
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,9 @@ class Context:
     device: str  # cpu | cuda:N
     threads: int
     versions: dict = field(default_factory=dict)
+    # This host as the launcher names it (horovodrun's -H or discovery, so a job's hosts read as
+    # its allocation does), else the machine's own name.
+    host: str = field(default_factory=socket.gethostname)
 
     @property
     def is_main(self) -> bool:

@@ -11,6 +11,8 @@ framework's part abstract: model, steps, data, state, profiler, and three small 
 from __future__ import annotations
 
 import abc
+import os
+import socket
 from contextlib import nullcontext
 from importlib import metadata
 from types import ModuleType
@@ -67,7 +69,9 @@ class HorovodBackend(Backend):
         controller = "mpi" if hvd.mpi_enabled() else "gloo"
         return Context(self.name, hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(),
                        controller, str(self.device), self.threads,
-                       {**self.versions, "horovod": metadata.version("horovod")})
+                       {**self.versions, "horovod": metadata.version("horovod")},
+                       # Horovod's gloo launcher (static and elastic) names each worker's host
+                       os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname())
 
     def allreduce_sum(self, values: list[float], name: str) -> list[float]:
         import numpy as np  # both bindings return a host tensor numpy can read

@@ -134,6 +134,9 @@ def prepare_context(gpu: bool) -> str:
     horovod, deps = fill_wheelhouse(gpu)
     app = CONTEXT / "app"
     shutil.rmtree(app, ignore_errors=True)
+    # setuptools stages the wheel in build/lib and never empties it: a module since moved or
+    # deleted would still ship in the image.
+    shutil.rmtree(ROOT / "build" / "lib", ignore_errors=True)
     run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
          "--wheel-dir", str(app), str(ROOT)], "building the hvdcls wheel")
     # Not in the wheelhouse: that would change the deps stage, whose rebuild takes minutes and GBs.

@@ -2,7 +2,8 @@
 
 The engine measures each optimizer step once and hands a `StepSample` to one `Monitor`, which
 passes it to its sinks: the progress display (hvdcls.observe.progress), the Prometheus endpoint
-(hvdcls.observe.prometheus), TensorBoard (hvdcls.observe.tensorboard) and report.png (hvdcls.observe.report). Ranks
+(hvdcls.observe.prometheus), TensorBoard (hvdcls.observe.tensorboard), report.png (hvdcls.observe.report)
+and status.json (hvdcls.observe.status). Ranks
 other than 0 get a Monitor with no sinks, so they print and serve nothing.
 
 What each measured number means (all measured on rank 0, with the host's clock):
@@ -33,6 +34,7 @@ class RunInfo:
     epochs: int
     steps_per_epoch: int
     start_epoch: int  # epochs already done (a resumed run)
+    hosts: Optional[dict] = None  # ranks per host, as the launcher names them (None: not gathered)
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,12 @@ class Sink:
     def note(self, message: str) -> None:
         pass
 
+    def phase(self, name: str) -> None:
+        """The run enters a phase of hvdcls.status_file (evaluating, checkpointing, resetting)."""
+
+    def failed(self, error: str) -> None:
+        """The run ends with this one-line error (not called when it ends normally)."""
+
     def balance(self, batches: list[int], speeds: list[float]) -> None:
         """A new balancing plan: per-rank batches, and the speeds behind them (may be empty)."""
 
@@ -136,6 +144,14 @@ class Monitor:
     def note(self, message: str) -> None:
         for sink in self.sinks:
             sink.note(message)
+
+    def phase(self, name: str) -> None:
+        for sink in self.sinks:
+            sink.phase(name)
+
+    def failed(self, error: str) -> None:
+        for sink in self.sinks:
+            sink.failed(error)
 
     def balance(self, batches: list[int], speeds: list[float]) -> None:
         for sink in self.sinks:

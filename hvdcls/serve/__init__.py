@@ -4,12 +4,15 @@
     scheduler.py  gang FIFO with backfill that cannot delay the head (pure logic)
     elasticity.py shrink elastic jobs to admit the head, grow them when nothing waits (pure)
     store.py      the job table over SQLite (WAL): the queue, surviving restarts
-    runner.py     one run directory and one process group per job: `horovodrun ... hvdcls train`
+    runner.py     one job's run directory, the same under every executor
     wrapper.py    the job's process group leader: records its exit status in the run directory
-    service.py    the loop: reconcile after a restart, reap, cancel, schedule, launch (host list)
-    slurm.py      --executor slurm: the batch script, SLURM_TASKS_PER_NODE, sbatch/squeue/scancel
-    slurm_service.py  the executor handing each job to Slurm and following its state
-    app.py        the HTTP API (FastAPI) and /metrics; server start-up (uvicorn)
+    settings.py   how the service was started (Settings)
+    errors.py     what the service refuses: Refused, TooLarge, Rejected, Unsupported (HTTP 400)
+    service.py    the loop: adopt after a restart, follow, cancel, hang, resize, schedule, start
+    executors/    what runs the jobs, behind one contract (base.py): the host list (hosts.py) or
+                  Slurm (slurm.py and its slurm_*.py), chosen by name (--executor)
+    metrics.py    the service's /metrics (Prometheus), read from the job table and status files
+    app.py        the HTTP API (FastAPI); server start-up (uvicorn)
     users.py      one token per user, stored hashed; the first admin; `hvdcls serve token ...`
     guards.py     a bound on request bodies, the state directory's reserve, disk full as HTTP 507
     commands.py   the subcommands' arguments (argparse only)

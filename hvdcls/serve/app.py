@@ -32,14 +32,16 @@ from fastapi.responses import Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from hvdcls import __version__, launch
+from hvdcls import __version__, status_file
 from hvdcls.errors import UserError
 from hvdcls.fileio import write_json_atomic
-from hvdcls.serve import guards, runner, users
+from hvdcls.serve import guards, users
+from hvdcls.serve.errors import Refused
 from hvdcls.serve.metrics import ServiceCollector
-from hvdcls.serve.service import Refused, Service, Settings
+from hvdcls.serve.service import Service
+from hvdcls.serve.settings import Settings
 from hvdcls.serve.spec import INT64, JobSpec
-from hvdcls.serve.store import FINAL, QUEUED, RUNNING, STATES, Job, User
+from hvdcls.serve.store import FINAL, QUEUED, RUNNING, STATES, Job, State, User
 
 SERVER_FILE = "server.json"
 TOKEN_FILE = users.TOKEN_FILE
@@ -51,14 +53,16 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def view(job: Job, detail: bool = False) -> dict:
-    """A job as the API shows it: its row, plus progress, latencies and (detail) last metrics."""
+    """A job as the API shows it: its row, plus its phase and progress (its status.json: a
+    queued job's is a previous attempt's, not shown), latencies and (detail) last metrics."""
     out = job.as_dict()
-    run_dir = Path(job.run_dir) if job.run_dir else None
-    out["progress"] = runner.progress(run_dir, job.epochs) if run_dir and job.state != QUEUED else None
+    status = status_file.read(Path(job.run_dir)) if job.run_dir and job.state != QUEUED else None
+    out["phase"] = status.phase if status else None
+    out["progress"] = status.progress if status else None
     out["queued_seconds"] = job.started_at - job.submitted_at if job.started_at else None
     out["first_step_seconds"] = job.first_step_at - job.submitted_at if job.first_step_at else None
-    if detail and run_dir:
-        out["last_metrics"] = runner.last_metrics(run_dir)
+    if detail:
+        out["last_metrics"] = status.metrics if status else None
     return out
 
 
@@ -126,7 +130,7 @@ def make_app(service: Service, open_metrics: bool = False, reserve_bytes: int = 
             raise HTTPException(422, str(err)) from None
 
     @app.get("/jobs", dependencies=signed_in)
-    def jobs(response: Response, state: Optional[Literal[STATES]] = None,
+    def jobs(response: Response, state: Optional[State] = None,
              limit: Annotated[Optional[int], fastapi.Query(ge=1, le=10000)] = None,
              offset: Annotated[int, fastapi.Query(ge=0, le=INT64)] = 0,
              order: Literal["asc", "desc"] = "asc") -> list[dict]:
@@ -154,7 +158,7 @@ def make_app(service: Service, open_metrics: bool = False, reserve_bytes: int = 
         if not users.may_cancel(who, job.owner):
             raise HTTPException(403, f"job {job_id} is {job.owner or 'nobody'}'s: only its owner or an admin "
                                 "may cancel it")
-        return view(service.cancel(job_id))
+        return view(service.cancel(job_id) or job)
 
     @app.get("/hosts", dependencies=signed_in)
     def hosts() -> list[dict]:
@@ -162,25 +166,23 @@ def make_app(service: Service, open_metrics: bool = False, reserve_bytes: int = 
         return [{"host": host, "slots": slots,
                  "jobs": {str(j): a[host] for j, a in allocations.items() if host in a},
                  "free": slots - sum(a.get(host, 0) for a in allocations.values())}
-                for host, slots in service.settings.inventory.items()]
+                for host, slots in service.inventory.items()]
 
     @app.get("/metrics", dependencies=scraping, response_class=Response,
              responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
     def prometheus() -> Response:
         return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
 
-    endpoints = runner.Endpoints()
-
     @app.get("/targets", dependencies=scraping)
     def targets() -> list[dict]:
         """Prometheus's http_sd_configs format: one target group per running job whose rank 0
-        has said where it serves /metrics, labelled with the job (`job` is Prometheus's own)."""
+        serves /metrics (its status.json's endpoint: after an elastic reset, the new rank 0's),
+        labelled with the job (`job` is Prometheus's own)."""
         running = [job for job in service.store.list((RUNNING,)) if job.run_dir]
-        endpoints.forget({Path(job.run_dir) for job in running})
-        found = [(job, endpoints.of(Path(job.run_dir))) for job in running]
-        return [{"targets": [endpoint], "labels": {"job_id": str(job.id), "job_name": job.name or "",
-                                                   "backend": job.backend}}
-                for job, endpoint in found if endpoint]
+        found = [(job, status_file.read(Path(run_dir))) for job in running if (run_dir := job.run_dir)]
+        return [{"targets": [status.endpoint], "labels": {"job_id": str(job.id), "job_name": job.name or "",
+                                                          "backend": job.backend}}
+                for job, status in found if status is not None and status.endpoint]
 
     @app.get("/openapi.json", dependencies=signed_in, include_in_schema=False)
     def schema() -> dict:
@@ -189,13 +191,6 @@ def make_app(service: Service, open_metrics: bool = False, reserve_bytes: int = 
     return app
 
 
-def make_service(settings: Settings) -> Service:
-    """The executor: the host-list loop (Service) or Slurm (SlurmService)."""
-    if settings.executor == "slurm":
-        from hvdcls.serve.slurm_service import SlurmService
-
-        return SlurmService(settings)
-    return Service(settings)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -218,13 +213,11 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8470, open_me
     sock = bind(host, port)
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
     url = f"http://{shown}:{sock.getsockname()[1]}"
-    service = make_service(settings)
+    service = Service(settings)  # its executor by name: hvdcls.serve.executors
     users.ensure_first_admin(service.store, settings.state_dir)
     service.start()
     write_json_atomic(settings.state_dir / SERVER_FILE, {"url": url, "pid": os.getpid()})
-    where = ("jobs handed to Slurm" if settings.executor == "slurm"
-             else f"{service.total_slots} slots on {launch.hosts_arg(settings.inventory)}")
-    print(f"hvdcls serve: {url}, {where}, state in {settings.state_dir} "
+    print(f"hvdcls serve: {url}, {service.executor.describe()}, state in {settings.state_dir} "
           f"(the first admin's token: {settings.state_dir / TOKEN_FILE})", flush=True)
     app = make_app(service, open_metrics, int(reserve_mb * 2**20))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))

@@ -19,6 +19,7 @@ import httpx
 from hvdcls import config as cfg
 from hvdcls import launch, tables
 from hvdcls.errors import UserError
+from hvdcls.serve.executors.slurm_options import SlurmOptions
 
 
 class Client:
@@ -81,8 +82,7 @@ def submit(args: argparse.Namespace) -> int:
     spec = {name: getattr(args, name) for name in ("backend", "np", "overrides", "name", "requeue",
                                                     "hang_seconds", "elastic", "min_np", "max_np")}
     spec["settings"] = cfg.read_file(args.config) if args.config else {}
-    slurm = {name: getattr(args, name) for name in ("partition", "time_limit", "account", "tasks_per_node", "launcher")}
-    spec["slurm"] = slurm if any(value is not None for value in slurm.values()) else None
+    spec["slurm"] = SlurmOptions.given(args)
     job = connect(args).call("POST", "/jobs", json=spec)
     print(f"job {job['id']} {job['state']} ({job['np']} slots, {job['backend']})")
     return 0

@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 
 from hvdcls import registry
+from hvdcls.serve import executors
+from hvdcls.serve.executors.slurm_options import SlurmOptions, add_flags
 
 DEFAULT_STATE_DIR = Path(os.environ.get("HVDCLS_STATE_DIR", "~/.hvdcls/serve")).expanduser()
 DEFAULT_PORT = 8470
@@ -25,69 +27,51 @@ def run_serve(args: argparse.Namespace) -> int:
     scheduler = importlib.import_module("hvdcls.serve.scheduler")
     from hvdcls.errors import UserError
 
-    if args.executor == "slurm":
-        if args.hosts or args.hosts_file:
-            raise UserError("--executor slurm: Slurm owns the nodes; drop --hosts/--hosts-file")
-        inventory = {}
-    else:
-        if bool(args.hosts) == bool(args.hosts_file):
-            raise UserError("give the host inventory with --hosts HOST:SLOTS,... or --hosts-file FILE (one)")
-        if args.hosts_file and not args.hosts_file.is_file():
-            raise UserError(f"--hosts-file {args.hosts_file}: no such file")
-        inventory = scheduler.parse_hosts(args.hosts or args.hosts_file.read_text())
+    if args.hosts and args.hosts_file:
+        raise UserError("give the host inventory with --hosts HOST:SLOTS,... or --hosts-file FILE (one)")
+    if args.hosts_file and not args.hosts_file.is_file():
+        raise UserError(f"--hosts-file {args.hosts_file}: no such file")
+    given = args.hosts or (args.hosts_file.read_text() if args.hosts_file else None)
+    inventory = scheduler.parse_hosts(given) if given is not None else {}  # the executor says if it wants one
     for root in args.data_root:
         if not root.is_absolute() or not root.is_dir():
             raise UserError(f"--data-root {root}: must be an existing directory, given as an absolute path")
-    settings = importlib.import_module("hvdcls.serve.service").Settings(
+    settings = importlib.import_module("hvdcls.serve.settings").Settings(
         state_dir=args.state_dir.expanduser().absolute(), inventory=inventory, data_roots=args.data_root,
         ssh_port=args.ssh_port, grace_seconds=args.grace_seconds, hang_seconds=args.hang_seconds,
         resize_cooldown_seconds=args.resize_cooldown, network_interface=args.network_interface,
-        job_metrics=args.job_metrics, executor=args.executor, slurm=slurm_options(args),
-        poll_seconds=1.0 if args.executor == "slurm" else 0.25)
+        job_metrics=args.job_metrics, executor=args.executor, slurm=SlurmOptions.from_args(args))
     if args.reserve_mb < 0:
         raise UserError(f"--reserve-mb {args.reserve_mb:g}: must be >= 0")
     return importlib.import_module("hvdcls.serve.app").serve(settings, args.bind, args.port, args.open_metrics,
                                                              args.reserve_mb)
 
 
-def slurm_options(args: argparse.Namespace):
-    return importlib.import_module("hvdcls.serve.slurm").Options(
-        partition=args.partition, time_limit=args.time_limit, account=args.account,
-        tasks_per_node=args.tasks_per_node, launcher=args.launcher)
-
-
-def add_slurm_options(parser: argparse.ArgumentParser, whose: str) -> None:
-    group = parser.add_argument_group(f"Slurm ({whose})")
-    group.add_argument("--partition", help="sbatch --partition")
-    group.add_argument("--time-limit", help="sbatch --time (MINUTES, HH:MM:SS, D-HH:MM)")
-    group.add_argument("--account", help="sbatch --account")
-    group.add_argument("--tasks-per-node", type=int, help="slots per node (default: Slurm places the tasks)")
-    group.add_argument("--launcher", choices=("horovodrun", "mpirun"),
-                       help="what the batch script starts the ranks with (default horovodrun; elastic: horovodrun)")
-
-
 def run_slurm_script(args: argparse.Namespace) -> int:
     """Print the batch script for a spec, and write its RUN_DIR/job.yaml, for submitting by hand."""
+    from pydantic import ValidationError
+
     from hvdcls import config as cfg
     from hvdcls.errors import UserError
     from hvdcls.fileio import write_atomic
-    from hvdcls.serve import runner, slurm
+    from hvdcls.serve import runner
     from hvdcls.serve import spec as job_spec
+    from hvdcls.serve.executors import slurm_batch
 
     run_dir = args.run_dir.expanduser().absolute()
     try:
         spec = job_spec.JobSpec(np=args.np, backend=args.backend, elastic=args.elastic, min_np=args.min_np,
                                 max_np=args.max_np)
-    except ValueError as err:  # pydantic's ValidationError: the first problem, on one line
+    except ValidationError as err:  # the first problem, on one line
         raise UserError(f"slurm-script: {err.errors()[0]['msg'].removeprefix('Value error, ')}") from None
     config = cfg.load(args.config, overrides=args.overrides, flags={"training.elastic": True} if spec.elastic else None)
-    options = slurm_options(args)
+    options = SlurmOptions.from_args(args)
     if spec.elastic and options.launcher == "mpirun":
         raise UserError("--elastic needs horovodrun (Horovod's elastic driver), not --launcher mpirun")
     run_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(run_dir / runner.JOB_CONFIG, cfg.to_yaml(job_spec.job_config(config, run_dir)).encode())
-    elastic = slurm.Elastic(spec.min_np, spec.max_np) if spec.elastic else None
-    print(slurm.batch_script(args.name or "hvdcls", args.np, args.backend, run_dir, options, elastic), end="")
+    elastic = slurm_batch.Elastic(*spec.bounds) if spec.elastic else None
+    print(slurm_batch.batch_script(args.name or "hvdcls", args.np, args.backend, run_dir, options, elastic), end="")
     return 0
 
 
@@ -103,7 +87,7 @@ def add_slurm_script(sub) -> None:
                         "usable nodes: --max-np tasks, --no-kill, shrinks on a lost node down to --min-np")
     parser.add_argument("--min-np", type=int)
     parser.add_argument("--max-np", type=int)
-    add_slurm_options(parser, "sbatch directives")
+    add_flags(parser, "sbatch directives")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     parser.set_defaults(handler=run_slurm_script)
 
@@ -123,8 +107,8 @@ def add_serve(sub) -> None:
     parser.add_argument("--grace-seconds", type=float, default=10.0,
                         help="cancel: SIGTERM, then SIGKILL after this long (default 10)")
     parser.add_argument("--hang-seconds", type=float, default=0.0,
-                        help="end a running job that writes no output for this long, as failed "
-                        "(0: never; a spec's hang_seconds wins)")
+                        help="end a running job whose status.json shows no step (nor change of phase) "
+                        "for this long, as failed (0: never; a spec's hang_seconds wins)")
     parser.add_argument("--resize-cooldown", type=float, default=60.0, metavar="SECONDS",
                         help="resize an elastic job at most this often (default 60)")
     parser.add_argument("--network-interface", help="elastic jobs' horovodrun --network-interface "
@@ -132,7 +116,7 @@ def add_serve(sub) -> None:
     parser.add_argument("--job-metrics", action="store_true",
                         help="every job's rank 0 serves Prometheus /metrics on a free port (unless its spec "
                              "sets output.metrics_port), listed for Prometheus by GET /targets")
-    parser.add_argument("--executor", choices=("hosts", "slurm"), default="hosts",
+    parser.add_argument("--executor", choices=executors.names(), default="hosts",
                         help="hosts: the service's queue on --hosts; slurm: each job becomes an sbatch job")
     parser.add_argument("--open-metrics", action="store_true",
                         help="GET /metrics and /targets without a token (for a Prometheus that has none); "
@@ -140,7 +124,7 @@ def add_serve(sub) -> None:
     parser.add_argument("--reserve-mb", type=float, default=64.0, metavar="MB",
                         help="refuse submissions (HTTP 507) while the state directory's file system has "
                              "less free (default 64)")
-    add_slurm_options(parser, "--executor slurm: defaults a spec's slurm field overrides")
+    add_flags(parser, "--executor slurm: defaults a spec's slurm field overrides")
     parser.set_defaults(handler=run_serve)
     add_token_commands(parser)
 
@@ -184,8 +168,8 @@ def add_client_commands(sub) -> None:
                         help="resizable: shrunk toward --min-np while jobs wait, grown back toward --max-np")
     submit.add_argument("--min-np", type=int)
     submit.add_argument("--max-np", type=int)
-    submit.add_argument("--hang-seconds", type=float, help="end it, failed, after this long without output")
-    add_slurm_options(submit, "a service run with --executor slurm")
+    submit.add_argument("--hang-seconds", type=float, help="end it, failed, after this long without a step")
+    add_flags(submit, "a service run with --executor slurm")
     submit.add_argument("overrides", nargs="*", metavar="key=value")
     submit.set_defaults(handler=client("submit"))
     jobs = sub.add_parser("jobs", help="the service's queue and what runs where")

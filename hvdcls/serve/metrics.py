@@ -1,4 +1,4 @@
-"""The service's /metrics: read at each scrape from the job table and the run directories.
+"""The service's /metrics: read at each scrape from the job table and the jobs' status.json.
 
 Nothing is counted in memory, so a restarted service exports the same numbers it would have
 had (the counters and histograms do not reset with the process): the resize counter is the
@@ -23,11 +23,11 @@ from __future__ import annotations
 import bisect
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import TYPE_CHECKING, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from hvdcls.serve import runner
+from hvdcls import status_file
 from hvdcls.serve.store import QUEUED, RUNNING, STATES
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class ServiceCollector:
 
     def slots(self):
         allocations = list(self.service.allocations().values())
-        hosts = per_host(self.service.settings.inventory, allocations)
+        hosts = per_host(self.service.inventory, allocations)
         used = sum(sum(a.values()) for a in allocations)
         yield GaugeMetricFamily("hvdcls_serve_slots", "Slots in the inventory", value=self.service.total_slots)
         yield GaugeMetricFamily("hvdcls_serve_slots_in_use", "Slots held by running jobs", value=used)
@@ -100,9 +100,9 @@ class ServiceCollector:
                                      labels=labels)
         slots = GaugeMetricFamily("hvdcls_serve_job_slots", "Slots a running job holds (elastic: now)", labels=labels)
         for job in self.service.store.list((RUNNING,)):
-            done: Optional[dict] = runner.progress(Path(job.run_dir), job.epochs) if job.run_dir else None
+            status = status_file.read(Path(job.run_dir)) if job.run_dir else None
             names = [str(job.id), job.name or "", job.backend]
-            progress.add_metric(names, done["fraction"] if done else 0.0)
+            progress.add_metric(names, status.fraction if status and status.fraction is not None else 0.0)
             slots.add_metric(names, sum(json.loads(job.hosts).values()) if job.hosts else 0)
         yield progress
         yield slots

@@ -98,6 +98,7 @@ def plan(queue: list[Waiting], inventory: dict[str, int],
     for job in waiting[1:]:
         if cannot_delay_head(head.np, sum(free.values()), sizes, job.np):
             allocation = place(job.np, free)
+            assert allocation is not None  # cannot_delay_head found its slots free
             starts.append((job.job_id, allocation))
             free, sizes = free_slots(free, [allocation]), sizes + [job.np]
     return starts

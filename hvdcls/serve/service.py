@@ -1,70 +1,55 @@
-"""The service's loop: after a restart reconcile, then reap, signal, watch and schedule.
+"""The service's loop: after a restart adopt, then follow, cancel, watch for hangs, resize and
+schedule, the same over every executor (hvdcls.serve.executors).
 
 One thread runs the loop; the API's threads only insert jobs and mark cancel requests, then wake
-it. Every job state change is a conditional update (`expect=`), so a cancel racing a start or an
-end never leaves a job in two states.
+it (a job handed to an executor that keeps its own queue is started in the API's thread, at
+submit, so that a refusal is the request's answer). Every job state change is a conditional
+update (`expect=`), so a cancel racing a start or an end never leaves a job in two states.
+
+What the loop knows of a job comes from three places only: the job table, what its executor
+says (Seen: queued, running, or how it ended) and the job's own status.json (progress, the time
+of its last step, the world it runs in; hvdcls.status_file). It parses no job output.
 """
 from __future__ import annotations
 
 import json
 import logging
-import signal
-import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
-from hvdcls import launch
+from hvdcls import config as cfg
+from hvdcls import status_file
 from hvdcls.errors import UserError
-from hvdcls.serve import elasticity, runner, scheduler
+from hvdcls.serve import elasticity, executors, runner, scheduler
 from hvdcls.serve import spec as job_spec
-from hvdcls.serve.store import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, Job, Store
-
-if TYPE_CHECKING:
-    from hvdcls.serve import slurm
+from hvdcls.serve.executors.base import Executor, Handle, Launch, Seen
+from hvdcls.serve.settings import Settings
+from hvdcls.serve.store import CANCELLED, FAILED, FINAL, QUEUED, RUNNING, SUCCEEDED, Job, Store
+from hvdcls.status_file import RunStatus
 
 log = logging.getLogger("hvdcls.serve")
 
 
-class Refused(UserError):
-    """A valid spec this service cannot run (HTTP 400)."""
-
-
-class TooLarge(Refused):
-    """The job asks for more slots than the whole inventory has."""
-
-
-@dataclass
-class Settings:
-    state_dir: Path
-    inventory: dict[str, int]
-    data_roots: list[Path] = field(default_factory=list)
-    ssh_port: Optional[int] = None
-    grace_seconds: float = 10.0  # SIGTERM, then SIGKILL after this long
-    hang_seconds: float = 0.0  # a running job silent this long is ended as hung (0: never)
-    resize_cooldown_seconds: float = 60.0  # an elastic job is resized at most this often
-    network_interface: Optional[str] = None  # elastic jobs' horovodrun --network-interface
-    job_metrics: bool = False  # every job's rank 0 serves /metrics (listed by GET /targets)
-    poll_seconds: float = 0.25
-    executor: str = "hosts"  # or "slurm": hvdcls.serve.slurm_service
-    slurm: Optional["slurm.Options"] = None  # --executor slurm: partition, time limit, account
-
-
 class Service:
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, executor: Optional[Executor] = None):
         self.settings = settings
         settings.state_dir.mkdir(parents=True, exist_ok=True)
+        self.executor = executor or executors.create(settings)
         self.store = Store(settings.state_dir / "jobs.db")
-        self.children: dict[int, subprocess.Popen] = {}  # jobs this process started
-        self.signalled: set[int] = set()  # cancelled jobs already sent SIGTERM
+        self.signalled: set[int] = set()  # jobs with a stop request already passed to the executor
         self.wake, self.stopping = threading.Event(), threading.Event()
         self.thread: Optional[threading.Thread] = None
 
     @property
+    def inventory(self) -> dict[str, int]:
+        """The slots the service places jobs on ({} where the executor places them)."""
+        return self.executor.inventory or {}
+
+    @property
     def total_slots(self) -> int:
-        return sum(self.settings.inventory.values())
+        return sum(self.inventory.values())
 
     def run_dir(self, job_id: int) -> Path:
         return self.settings.state_dir / "jobs" / f"{job_id:06d}"
@@ -72,27 +57,32 @@ class Service:
     # --- what the API calls -----------------------------------------------------------------
 
     def submit(self, spec: job_spec.JobSpec, owner: Optional[str] = None) -> Job:
-        """Queue a job; UserError (naming the key) for a bad spec, TooLarge for an impossible one."""
+        """Queue a job; UserError (naming the key) for a bad spec, Refused (TooLarge, Rejected)
+        for one this service cannot run. An executor that keeps its own queue gets it now."""
         config = job_spec.resolve(spec, self.settings.data_roots)
-        if spec.slurm is not None:
-            raise Refused("slurm: this service runs jobs on its host list (start it with --executor slurm)")
-        if spec.most_slots > self.total_slots:
-            asked = f"max_np={spec.max_np}" if spec.elastic else f"np={spec.np}"
-            raise TooLarge(f"{asked}: the inventory has {self.total_slots} slots in all "
-                           f"({launch.hosts_arg(self.settings.inventory)})")
+        self.executor.check(spec)
         job = self.store.add(spec.model_dump(), config.training.epochs, owner)
+        if self.executor.inventory is None:
+            try:
+                job = self.hand_over(job, spec, config, allocation=None, resume=False)
+            except BaseException:
+                self.store.delete(job.id)  # never reached the executor: as if never submitted
+                raise
         self.wake.set()
         return job
 
     def cancel(self, job_id: int) -> Optional[Job]:
-        """Queued: cancelled now. Running: the loop sends SIGTERM, SIGKILL after the grace."""
+        """In the service's queue: cancelled now. In the executor's hands: the loop asks it to
+        stop the job (the host list: SIGTERM, SIGKILL after the grace; Slurm: scancel)."""
         now = time.time()
-        cancelled = self.store.update(job_id, expect=(QUEUED,), state=CANCELLED, ended_at=now,
-                                      message="cancelled before it started")
-        if cancelled is None:
-            job = self.store.get(job_id)
-            if job is not None and job.state == RUNNING and job.stop_requested_at is None:
-                self.store.update(job_id, expect=(RUNNING,), stop_requested_at=now)
+        job = self.store.get(job_id)
+        if job is None:
+            return None
+        if not self.executor.holds(job):
+            job = self.store.update(job_id, expect=(QUEUED,), state=CANCELLED, ended_at=now,
+                                    message="cancelled before it started") or self.store.get(job_id)
+        if job is not None and job.state in (QUEUED, RUNNING) and job.stop_requested_at is None:
+            self.store.update(job_id, expect=(QUEUED, RUNNING), stop_requested_at=now)
         self.wake.set()
         return self.store.get(job_id)
 
@@ -114,100 +104,137 @@ class Service:
             self.thread.join(timeout=10)
 
     def loop(self) -> None:
+        pause = self.settings.poll_seconds or self.executor.poll_seconds
         while not self.stopping.is_set():
             try:
                 self.tick()
-            except Exception:  # a bad moment (disk full, a race) must not end the service
+            except Exception:  # a bad moment (disk full, a race, Slurm away) must not end the service
                 log.exception("service loop")
-            self.wake.wait(self.settings.poll_seconds)
+            self.wake.wait(pause)
             self.wake.clear()
 
     def tick(self) -> None:
-        for job in self.store.list((RUNNING,)):
-            code = self.ended(job)
-            if code is not None:
-                self.finish(job, code)
-            else:
-                self.stop_if_hung(job)
-                self.signal_if_stopping(job)
-                self.note_first_step(job)
-        self.resize_elastic()
-        self.schedule()
+        active = self.store.list((QUEUED, RUNNING))
+        seen = self.executor.poll(active) if active else {}
+        for job in active:
+            if job.id in seen:
+                self.follow(job, seen[job.id])
+        if self.executor.inventory is not None:  # the service places jobs: resize, then start
+            self.resize_elastic()
+            self.schedule()
 
     def reconcile(self) -> None:
-        """Jobs left running by a previous service: adopted if alive, finished if their exit
-        status was written, else failed (or queued again when their spec says requeue)."""
-        for job in self.store.list((RUNNING,)):
-            if job.pid is not None and runner.alive(job.pid, job.pid_start):
-                log.info("job %d: still running (pid %d), adopted", job.id, job.pid)
+        """Jobs a previous service left in an executor's hands: adopted if still there,
+        recorded if they ended meanwhile, else failed (or queued again when their spec says
+        requeue)."""
+        for job in self.store.list((QUEUED, RUNNING)):
+            if not self.executor.holds(job):
                 continue
-            code = runner.exit_status(Path(job.run_dir)) if job.run_dir else None
-            if code is not None:
-                self.finish(job, code)
-            elif job.requeue and job.stop_requested_at is None:
-                self.store.update(job.id, expect=(RUNNING,), state=QUEUED, pid=None, pid_start=None,
-                                  hosts=None, message="requeued: its processes were gone at restart")
+            seen = self.executor.adopt(job)
+            if seen is None:
+                self.lost(job)
+            elif seen.state in FINAL:
+                self.record_end(job, seen)
             else:
-                self.store.update(job.id, expect=(RUNNING,), state=FAILED, ended_at=time.time(),
-                                  message=runner.failure_message(
-                                      Path(job.run_dir), "its processes were gone when the service restarted"))
+                log.info("job %d: still %s (%s), adopted", job.id, seen.state, self.executor.name)
 
-    def ended(self, job: Job) -> Optional[int]:
-        """The job's exit status once it has ended, else None."""
-        child = self.children.get(job.id)
-        if child is not None:
-            code = child.poll()
-            if code is None:
-                return None
-            del self.children[job.id]
-            written = runner.exit_status(Path(job.run_dir))  # the wrapper's word: horovodrun's own
-            return written if written is not None else code
-        if job.pid is None or runner.alive(job.pid, job.pid_start):
-            return None
-        code = runner.exit_status(Path(job.run_dir))
-        return code if code is not None else -1  # adopted, and gone without a word
-
-    def finish(self, job: Job, code: int) -> None:
-        run_dir = Path(job.run_dir)
-        if job.stop_requested_at is not None and job.stop_reason is None:
-            state, message = CANCELLED, "cancelled while running"
-        elif job.stop_reason is not None:
-            state, message = FAILED, runner.failure_message(run_dir, job.stop_reason)
-        elif code == 0:
-            state, message = SUCCEEDED, None
+    def lost(self, job: Job) -> None:
+        if job.requeue and job.stop_requested_at is None:
+            self.store.update(job.id, expect=(RUNNING,), state=QUEUED, hosts=None,
+                              message="requeued: its processes were gone at restart", **Handle().columns())
         else:
-            state, message = FAILED, runner.failure_message(run_dir, f"exit status {code}")
-        self.store.update(job.id, expect=(RUNNING,), state=state, ended_at=time.time(),
-                          exit_status=code, message=message)
-        self.signalled.discard(job.id)
-        log.info("job %d: %s (exit status %s)", job.id, state, code)
+            self.store.update(job.id, expect=(QUEUED, RUNNING), state=FAILED, ended_at=time.time(),
+                              message=runner.failure_message(
+                                  runner.directory(job), "its processes were gone when the service restarted"))
 
-    def stop_if_hung(self, job: Job) -> None:
-        """No output for the job's hang_seconds (else the service's): end it, as failed. Output
-        is what a training run gives every training.log_every steps (docs/serve.md)."""
+    def follow(self, job: Job, seen: Seen) -> None:
+        if seen.state == QUEUED:  # the executor holds it, waiting
+            if job.message != seen.message:
+                self.store.update(job.id, expect=(QUEUED,), message=seen.message)
+            self.signal_if_stopping(job)
+        elif seen.state == RUNNING:
+            status = status_file.read(runner.directory(job))
+            job = self.note_running(job, seen, status) or job
+            self.stop_if_hung(job, status)
+            self.signal_if_stopping(job)
+        else:
+            self.record_end(job, seen)
+
+    def note_running(self, job: Job, seen: Seen, status: Optional[RunStatus]) -> Optional[Job]:
+        """The table follows the job: running (once its executor runs it), where (when the
+        executor placed it: the world its status names), its first step."""
+        now = time.time()
+        fields: dict[str, object] = {}
+        if job.state == QUEUED:
+            fields.update(state=RUNNING, started_at=now, resized_at=now, message=None)
+        fields.update(self.hosts_change(job, self.placed(status, seen), now))
+        if job.first_step_at is None and status is not None and status.last_step_at is not None:
+            fields["first_step_at"] = now
+        return self.store.update(job.id, expect=(job.state,), **fields) if fields else job
+
+    def placed(self, status: Optional[RunStatus], seen: Optional[Seen] = None) -> Optional[dict[str, int]]:
+        """Where a job placed by its executor runs: the world its own status.json names (after
+        an elastic reset too), else what the executor says; None where the service placed it."""
+        if self.executor.inventory is not None:
+            return None
+        if status is not None and status.hosts:
+            return dict(status.hosts)
+        return seen.hosts if seen is not None and seen.hosts else None
+
+    def hosts_change(self, job: Job, hosts: Optional[dict[str, int]], now: float) -> dict:
+        """The fields recording `hosts` when they differ from the job's; a running elastic
+        job's change of hosts is a resize."""
+        if not hosts or (job.hosts and json.loads(job.hosts) == hosts):
+            return {}
+        change: dict = {"hosts": json.dumps(hosts)}
+        if job.elastic and job.hosts and job.state == RUNNING:
+            change.update(resized_at=now, resizes=job.resizes + 1)
+            log.info("job %d: now on %s (was %s)", job.id, hosts, json.loads(job.hosts))
+        return change
+
+    def record_end(self, job: Job, seen: Seen) -> None:
+        """How the job ended: a stop the service asked for (hung: failed; cancelled), else as
+        the executor saw it. Its status.json is read a last time here, so what the table says
+        of its world is what the job said last, however soon after its last change it ended."""
+        run_dir, now = runner.directory(job), time.time()
+        fields = self.hosts_change(job, self.placed(status_file.read(run_dir), seen), now)
+        message: Optional[str]
+        if job.stop_reason is not None:
+            state, message = FAILED, runner.failure_message(run_dir, job.stop_reason)
+        elif job.stop_requested_at is not None and seen.state != SUCCEEDED:
+            state, message = CANCELLED, seen.message if seen.state == CANCELLED else "cancelled while running"
+        elif seen.state in (SUCCEEDED, CANCELLED):
+            state, message = seen.state, seen.message
+        else:
+            state, message = FAILED, runner.failure_message(run_dir, seen.message or f"exit status {seen.exit_status}")
+        self.store.update(job.id, expect=(QUEUED, RUNNING), state=state, ended_at=now,
+                          exit_status=seen.exit_status, message=message, **fields)
+        self.signalled.discard(job.id)
+        log.info("job %d: %s (exit status %s; %s)", job.id, state, seen.exit_status, seen.message or "-")
+
+    def stop_if_hung(self, job: Job, status: Optional[RunStatus]) -> None:
+        """No step and no change of phase (status.json) for the job's hang_seconds (else the
+        service's): end it, as failed. Silence counts from the job's start until it has a status."""
         limit = json.loads(job.spec).get("hang_seconds") or self.settings.hang_seconds
-        if not limit or job.stop_requested_at is not None or job.pid is None:
+        if not limit or job.stop_requested_at is not None or job.state != RUNNING:
             return
-        silent = time.time() - max(runner.last_output(Path(job.run_dir)), job.started_at or 0)
+        heard = [t for t in (status.last_sign_of_life if status else None, job.started_at) if t is not None]
+        silent = time.time() - max(heard, default=time.time())
         if silent > limit:
-            log.warning("job %d: no output for %.0f s, ending it", job.id, silent)
+            log.warning("job %d: no step for %.0f s, ending it", job.id, silent)
             self.store.update(job.id, expect=(RUNNING,), stop_requested_at=time.time(),
-                              stop_reason=f"hung: no output for {silent:.0f} s (limit {limit:g} s)")
+                              stop_reason=f"hung: no step for {silent:.0f} s (limit {limit:g} s)")
 
     def signal_if_stopping(self, job: Job) -> None:
-        """SIGTERM to the job's process group once, SIGKILL after the grace period."""
-        job = self.store.get(job.id)  # stop_if_hung may just have asked
-        if job.stop_requested_at is None or job.pid is None:
+        """Ask the executor to stop the job once; force it after the grace period."""
+        now = self.store.get(job.id)  # stop_if_hung or a cancel may just have asked
+        if now is None or now.stop_requested_at is None or not self.executor.holds(now):
             return
-        if job.id not in self.signalled:
-            runner.signal_group(job.pid, signal.SIGTERM)
-            self.signalled.add(job.id)
-        elif time.time() - job.stop_requested_at > self.settings.grace_seconds:
-            runner.signal_group(job.pid, signal.SIGKILL)
-
-    def note_first_step(self, job: Job) -> None:
-        if job.first_step_at is None and runner.progress(Path(job.run_dir)) is not None:
-            self.store.update(job.id, expect=(RUNNING,), first_step_at=time.time())
+        if now.id not in self.signalled:
+            self.executor.cancel(now)
+            self.signalled.add(now.id)
+        elif time.time() - now.stop_requested_at > self.settings.grace_seconds:
+            self.executor.cancel(now, force=True)
 
     def schedule(self) -> None:
         queued = self.store.list((QUEUED,))
@@ -215,19 +242,18 @@ class Service:
             return
         waiting = [scheduler.Waiting(job.id, job.np) for job in queued]
         by_id = {job.id: job for job in queued}
-        for job_id, allocation in scheduler.plan(waiting, self.settings.inventory,
-                                                 list(self.allocations().values())):
+        for job_id, allocation in scheduler.plan(waiting, self.inventory, list(self.allocations().values())):
             self.launch(by_id[job_id], allocation)
 
     def resize_elastic(self) -> None:
         """Shrink elastic jobs to admit the head of the queue; grow them when nothing waits."""
         queued = self.store.list((QUEUED,))
         running = [job for job in self.store.list((RUNNING,)) if job.hosts]
-        allocations = {job.id: json.loads(job.hosts) for job in running}
-        free = scheduler.free_slots(self.settings.inventory, list(allocations.values()))
-        resizable = [elasticity.Resizable(job.id, sum(allocations[job.id].values()), job.min_np, job.max_np,
-                                          job.resized_at or 0.0)
-                     for job in running if job.elastic and job.stop_requested_at is None and job.pid]
+        allocations = {job.id: json.loads(job.hosts or "{}") for job in running}
+        free = scheduler.free_slots(self.inventory, list(allocations.values()))
+        resizable = [elasticity.Resizable(job.id, sum(allocations[job.id].values()), job.min_np or 1,
+                                          job.max_np or job.np, job.resized_at or 0.0)
+                     for job in running if job.elastic and job.stop_requested_at is None and self.executor.holds(job)]
         sizes = elasticity.resize(queued[0].np if queued else None, sum(free.values()), resizable,
                                   time.time(), self.settings.resize_cooldown_seconds)
         for job in running:
@@ -237,31 +263,38 @@ class Service:
             after = (elasticity.shrunk(before, sizes[job.id]) if sizes[job.id] < sum(before.values())
                      else elasticity.grown(before, sizes[job.id], free))
             free = {host: n + before.get(host, 0) - after.get(host, 0) for host, n in free.items()}
-            runner.write_allocation(Path(job.run_dir), after)
+            self.executor.resize(job, after)
             self.store.update(job.id, expect=(RUNNING,), hosts=json.dumps(after), resized_at=time.time(),
                               resizes=job.resizes + 1)
             log.info("job %d: resized %s -> %s (%d waiting)", job.id, before, after, len(queued))
 
     def launch(self, job: Job, allocation: dict[str, int]) -> None:
-        run_dir = self.run_dir(job.id)
+        """Start a job of the service's queue on the slots the scheduler gave it."""
         claimed = self.store.update(job.id, expect=(QUEUED,), state=RUNNING, started_at=time.time(),
-                                    resized_at=time.time(),
-                                    hosts=json.dumps(allocation), run_dir=str(run_dir),
-                                    attempts=job.attempts + 1, first_step_at=None)
+                                    resized_at=time.time(), hosts=json.dumps(allocation),
+                                    run_dir=str(self.run_dir(job.id)), attempts=job.attempts + 1,
+                                    first_step_at=None)
         if claimed is None:  # cancelled meanwhile
             return
         try:
             spec = job_spec.JobSpec(**json.loads(job.spec))
-            resume = run_dir if job.attempts > 0 and runner.has_checkpoint(run_dir) else None
-            config = job_spec.job_config(job_spec.resolve(spec, self.settings.data_roots), run_dir, resume,
-                                         self.settings.job_metrics)
-            runner.prepare(run_dir, spec.model_dump(), config, allocation)
-            child = runner.start(run_dir, runner.command(run_dir, spec.model_dump(), allocation,
-                                                         self.settings.ssh_port, self.settings.network_interface))
+            config = job_spec.resolve(spec, self.settings.data_roots)
+            self.hand_over(claimed, spec, config, allocation, resume=job.attempts > 0)
         except (UserError, OSError) as err:  # the data roots changed, the disk filled up, ...
             self.store.update(job.id, expect=(RUNNING,), state=FAILED, ended_at=time.time(),
                               message=f"could not start: {err}")
-            return
-        self.children[job.id] = child
-        self.store.update(job.id, pid=child.pid, pid_start=runner.start_time(child.pid))
-        log.info("job %d: started on %s (pid %d)", job.id, allocation, child.pid)
+
+    def hand_over(self, job: Job, spec: job_spec.JobSpec, config: cfg.Config,
+                  allocation: Optional[dict[str, int]], resume: bool) -> Job:
+        """Write the run directory every executor starts from and start the attempt there
+        (resuming from its latest checkpoint when an earlier attempt left one)."""
+        run_dir = self.run_dir(job.id)
+        resume_from = run_dir if resume and runner.has_checkpoint(run_dir) else None
+        config = job_spec.job_config(config, run_dir, resume_from, self.settings.job_metrics)
+        runner.prepare(run_dir, spec.model_dump(), config)
+        handle = self.executor.start(Launch(job.id, run_dir, spec, config, allocation))
+        log.info("job %d: started by %s on %s (%s)", job.id, self.executor.name, allocation or "its own nodes",
+                 ", ".join(f"{k} {v}" for k, v in handle.columns().items() if v is not None))
+        # launch() counted the attempt as it claimed the job; a job handed over at submit is at its first
+        started = self.store.update(job.id, run_dir=str(run_dir), attempts=max(job.attempts, 1), **handle.columns())
+        return started or job  # None only if the row went meanwhile

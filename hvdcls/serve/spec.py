@@ -21,11 +21,12 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from hvdcls import config as cfg
 from hvdcls import registry
 from hvdcls.errors import UserError
+from hvdcls.serve.executors.slurm_options import SlurmOptions
 
 # Keys the service sets itself: each job writes only into its own run directory.
 SERVICE_OWNED = {
@@ -43,16 +44,20 @@ MAX_OVERRIDES, MAX_SETTINGS, MAX_DEPTH = 1000, 5000, 8
 INT64 = 2**63 - 1
 
 
-class SlurmOptions(BaseModel):
-    """Where and how long under `--executor slurm` (each overrides the service's default)."""
+def slurm_model() -> type[BaseModel]:
+    """The spec's `slurm` field, made from SlurmOptions' fields (their help, check and choices)."""
+    made: dict[str, Any] = {}
+    for option in dataclasses.fields(SlurmOptions):
+        meta = option.metadata
+        kind = Literal[meta["choices"]] if meta["choices"] else meta["kind"]
+        made[option.name] = (Optional[kind], Field(default=None, pattern=meta["pattern"], ge=meta["minimum"],
+                                                   description=meta["help"]))
+    return create_model("SlurmOptions", __config__=ConfigDict(extra="forbid"),
+                        __doc__="Where and how long under `--executor slurm` (each overrides the service's default).",
+                        **made)
 
-    model_config = ConfigDict(extra="forbid")
 
-    partition: Optional[str] = Field(default=None, pattern=r"^[\w.-]+$")
-    time_limit: Optional[str] = Field(default=None, pattern=r"^[\d:-]+$", description="MINUTES, HH:MM:SS, D-HH:MM")
-    account: Optional[str] = Field(default=None, pattern=r"^[\w.-]+$")
-    tasks_per_node: Optional[int] = Field(default=None, ge=1, description="default: Slurm places the tasks")
-    launcher: Optional[Literal["horovodrun", "mpirun"]] = Field(default=None, description="default horovodrun")
+SlurmSpec = slurm_model()
 
 
 class JobSpec(BaseModel):
@@ -76,8 +81,8 @@ class JobSpec(BaseModel):
                                           "after this long without output (default: the service's)")
     requeue: bool = Field(default=False, description="if a restart finds the job's processes gone: "
                           "queue it again, resuming from its latest checkpoint, instead of failing it")
-    slurm: Optional[SlurmOptions] = Field(default=None, description="--executor slurm: partition, time "
-                                          "limit, account, tasks per node, launcher")
+    slurm: Optional[SlurmSpec] = Field(default=None, description="--executor slurm: "  # type: ignore[valid-type]
+                                       + ", ".join(f.name for f in dataclasses.fields(SlurmOptions)))
 
     @field_validator("backend")
     @classmethod
@@ -112,8 +117,15 @@ class JobSpec(BaseModel):
         return self
 
     @property
+    def bounds(self) -> tuple[int, int]:
+        """(min_np, max_np) as the job may run: an elastic job's, else np and np."""
+        if not self.elastic:
+            return self.np, self.np
+        return self.min_np or 1, self.max_np or self.np
+
+    @property
     def most_slots(self) -> int:
-        return self.max_np if self.elastic else self.np
+        return self.bounds[1]
 
 
 def check_text(where: str, text: str) -> None:
@@ -205,8 +217,8 @@ def under_any(path: Path, roots: list[Path]) -> bool:
 
 def job_config(config: cfg.Config, run_dir: Path, resume: Optional[Path] = None,
                metrics: bool = False) -> cfg.Config:
-    """The config the job runs with: its run directory, progress as plain lines (the service
-    reads them), a checkpoint to resume from when requeued and, with `metrics` (serve
+    """The config the job runs with: its run directory, progress as plain lines (a log is
+    not a terminal), a checkpoint to resume from when requeued and, with `metrics` (serve
     --job-metrics), rank 0's /metrics on a free port unless the spec chose one."""
     output = dataclasses.replace(config.output, dir=str(run_dir), progress="lines")
     if metrics and output.metrics_port is None:

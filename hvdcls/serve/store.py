@@ -7,10 +7,11 @@ readers go on meanwhile.
 """
 from __future__ import annotations
 
+import builtins
 import json
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence, cast
+from typing import Any, Literal, Optional, Sequence, cast, get_args
 
 from sqlalchemy import (
     Boolean,
@@ -30,7 +31,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded", "failed", "cancelled"
-STATES = (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
+State = Literal["queued", "running", "succeeded", "failed", "cancelled"]  # the API's ?state= choices
+STATES: tuple[str, ...] = get_args(State)
 FINAL = (SUCCEEDED, FAILED, CANCELLED)
 
 
@@ -147,9 +149,9 @@ class Store:
 
     def total_resizes(self) -> int:
         with self.session() as session:
-            return session.scalar(select(func.coalesce(func.sum(Job.resizes), 0)))
+            return int(session.scalar(select(func.coalesce(func.sum(Job.resizes), 0))) or 0)
 
-    def times(self) -> list:
+    def times(self) -> builtins.list:  # (`list` here is the method above)
         """(submitted_at, started_at, first_step_at) rows of every job, for /metrics."""
         with self.session() as session:
             return list(session.execute(select(Job.submitted_at, Job.started_at, Job.first_step_at)))

@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from hvdcls import status_file
 from hvdcls.backend import Backend, Context
 from hvdcls.config import Config
 from hvdcls.data.sharding import ElasticShards
@@ -34,7 +35,7 @@ from hvdcls.errors import UserError
 from hvdcls.observe.monitor import EpochRecord, Monitor, Sink
 from hvdcls.training import schedule
 from hvdcls.training.faults import StepHooks
-from hvdcls.training.loop import EpochTimes, Reduced, StepHook, Tally, Trainer, as_floats, shifted
+from hvdcls.training.loop import EpochTimes, Reduced, StepHook, Tally, Trainer, as_floats, shifted, world_hosts
 from hvdcls.training.outputs import RunOutputs
 from hvdcls.training.watchdog import COMMITTING, RESETTING, Phases, Watchdog
 
@@ -206,6 +207,7 @@ class ElasticTrainer:
             return self.attempt_here(state, ctx)
         except BaseException:
             self.watchdog.phases.enter(RESETTING)
+            self.monitor.phase(status_file.RESETTING)  # rank 0's status.json, until a new world steps
             raise
 
     def attempt_here(self, state, ctx: Context) -> Trainer:
@@ -220,7 +222,7 @@ class ElasticTrainer:
         if self.recoveries.attempts > 1:
             outputs.say(f"elastic: {ctx.size} worker(s), resuming epoch {state.epoch + 1} after "
                         f"{state.consumed} of its samples (global step {state.global_step})")
-        trainer.begin(state.epoch, state.history)
+        trainer.begin(state.epoch, state.history, world_hosts(self.backend, ctx))
         record_plan(state, trainer)
         while state.epoch < self.config.training.epochs:
             times = self.train_rest_of_epoch(state, trainer)

@@ -11,11 +11,13 @@ its commits and recovery accounting through a `StepHook`.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 
 import numpy as np
 
+from hvdcls import status_file
 from hvdcls.backend import Backend, Context, Sums, add
 from hvdcls.config import Config
 from hvdcls.data.batches import EpochBatches, LoaderWait
@@ -159,6 +161,13 @@ def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seco
         balance_speeds=None if plan is None or plan.speeds is None else [round(v, 3) for v in plan.speeds])
 
 
+def world_hosts(backend: Backend, ctx: Context) -> dict[str, int]:
+    """Ranks per host of this world (a collective: every rank calls it), for rank 0's
+    status.json: what the job itself says it runs on, after an elastic reset too."""
+    hosts = backend.allgather_object(ctx.host, "world_hosts") if ctx.size > 1 else [ctx.host]
+    return dict(Counter(hosts))
+
+
 def sent_bytes(backend: Backend) -> Optional[tuple]:
     """(gradient bytes all-reduced, steps) so far, where the backend counts them."""
     counted = backend.communication()
@@ -207,12 +216,14 @@ class Trainer:
         self.first_epoch = 0
         self.faults = faults.StepHooks.read(ctx.rank)  # test hooks, read once; inert outside tests
 
-    def begin(self, start_epoch: int, history: list[EpochRecord]) -> None:
-        """The run (or attempt) starts after `start_epoch` epochs whose records are `history`."""
+    def begin(self, start_epoch: int, history: list[EpochRecord],
+              hosts: Optional[dict[str, int]] = None) -> None:
+        """The run (or attempt) starts after `start_epoch` epochs whose records are `history`,
+        on `hosts` (world_hosts) when gathered."""
         self.outputs.start(history)
         self.monitor.start(RunInfo(self.ctx.backend, self.config.model.name, self.data.name,
                                    self.ctx.size, self.config.training.epochs,
-                                   self.shards.steps_per_epoch, start_epoch))
+                                   self.shards.steps_per_epoch, start_epoch, hosts))
         if self.rebalancer is not None:  # resume too: a new run plans afresh
             plan = self.rebalancer.plan
             self.monitor.note(balance.describe(plan, self.ctx.size))
@@ -220,7 +231,7 @@ class Trainer:
 
     def run(self, start_epoch: int, history: list[EpochRecord]) -> list[EpochRecord]:
         """Epochs start_epoch+1 .. epochs; returns the records of every epoch of the run."""
-        self.begin(start_epoch, history)
+        self.begin(start_epoch, history, world_hosts(self.backend, self.ctx))
         self.profiler = self.make_profiler(start_epoch)
         self.first_epoch = start_epoch
         for epoch in range(start_epoch, self.config.training.epochs):
@@ -348,6 +359,7 @@ class Trainer:
         `started`: when the epoch began, for its wall time; None where it spans attempts
         (elastic), and then only its training time is known and stands for it."""
         self.phases.slow_until_step(EPOCH_COLLECTIVES)
+        self.monitor.phase(status_file.EVALUATING)
         self.backend.sync_buffers()  # Horovod: BN statistics are not gradients; average them
         val = self.evaluate()
         ema_val = None
@@ -388,6 +400,7 @@ class Trainer:
 
     def save(self, epochs_done: int) -> None:
         self.phases.enter(CHECKPOINTING)
+        self.monitor.phase(status_file.CHECKPOINTING)
         self.backend.prepare_checkpoint()  # every rank: it may be a collective
         if not self.ctx.is_main:  # Horovod: weights are identical on every rank; rank 0 writes
             return

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from hvdcls import __version__, horovod_env, registry
+from hvdcls import __version__, horovod_env, registry, status_file
 from hvdcls import config as cfg
 from hvdcls.backend import Backend, Context, weights_digest
 from hvdcls.data import bad_files, datasets
@@ -121,7 +121,7 @@ def train_watched(job: Job, ctx: Context, kind: "RunKind", dog: watchdog.Watchdo
         trainer = Trainer(config, backend, ctx, data, outputs, phases=dog.phases)
         assert resumed is not None  # the config refuses eval_only without resume
         return evaluate_only(trainer, backend, ctx, resumed, outputs)
-    with Monitor(kind.make_sinks(job, ctx, outputs)) as monitor:
+    with Monitor(kind.make_sinks(job, ctx, outputs)) as monitor, failures_told(monitor):
         outputs.write_config(cfg.to_yaml(config))
         with bad_file_failures(data):
             ended = kind.train(job, ctx, outputs, monitor, start_epoch, history, dog)
@@ -131,6 +131,16 @@ def train_watched(job: Job, ctx: Context, kind: "RunKind", dog: watchdog.Watchdo
         dog.stop()  # the last collective is done; rank 0 may linger for a last scrape
         publish(summary, ended.outputs, monitor, kind.details(summary))
     return summary
+
+
+@contextmanager
+def failures_told(monitor: Monitor):
+    """The watchers hear how the run failed (status.json's `failed` phase), then it goes on up."""
+    try:
+        yield
+    except Exception as err:
+        monitor.failed(str(err).splitlines()[0] if str(err) else type(err).__name__)
+        raise
 
 
 def banner(job: Job, ctx: Context, label: str, run_dir: Path) -> str:
@@ -269,7 +279,7 @@ class ElasticRun(RunKind):
         rank_zero_outputs = RunOutputs(outputs.run_dir, enabled=True)
 
         def sinks(metrics):
-            return make_sinks(job.config, job.backend_name, rank_zero_outputs, metrics)
+            return make_sinks(job.config, job.backend_name, rank_zero_outputs, metrics, status_file.RESETTING)
 
         trainer, state, recoveries = elastic.run(job.config, job.backend, job.data,
                                                  outputs.run_dir, monitor, start_epoch, history, dog,
@@ -358,22 +368,27 @@ def publish(summary: dict, outputs: RunOutputs, monitor: Monitor, details: str) 
 
 
 def make_sinks(config: cfg.Config, backend_name: str, outputs: RunOutputs,
-               metrics: bool = True) -> list[Sink]:
-    """Rank 0's watchers of the run: progress, and as configured Prometheus (unless not
-    `metrics`), TensorBoard and report.png (hvdcls.observe.monitor). Imported here, on rank 0,
-    only when wanted."""
+               metrics: bool = True, phase: str = status_file.STARTING) -> list[Sink]:
+    """Rank 0's watchers of the run: progress, status.json (from `phase`: a new rank 0 takes
+    it over while the world resets), and as configured Prometheus (unless not `metrics`),
+    TensorBoard and report.png (hvdcls.observe.monitor). Imported here, on rank 0, only when
+    wanted."""
     from hvdcls.observe.progress import Progress, choose_mode
+    from hvdcls.observe.status import StatusSink
 
     out = config.output
     sinks: list[Sink] = [Progress(choose_mode(out.progress, sys.stdout), config.training.log_every)]
+    endpoint = None
     if metrics and out.metrics_port is not None:
         from hvdcls.observe.prometheus import PrometheusSink
 
         exporter = PrometheusSink(out.metrics_port, out.metrics_host,
                                   {"backend": backend_name, "model": config.model.name},
                                   out.metrics_linger_seconds)
-        outputs.say(f"metrics: Prometheus endpoint on http://{reachable(out.metrics_host)}:{exporter.port}/metrics")
+        endpoint = f"{reachable(out.metrics_host)}:{exporter.port}"
+        outputs.say(f"metrics: Prometheus endpoint on http://{endpoint}/metrics")
         sinks.append(exporter)
+    sinks.append(StatusSink(outputs.run_dir, backend_name, endpoint, phase=phase))
     if out.tensorboard:
         from hvdcls.observe.tensorboard import TensorBoardSink
 

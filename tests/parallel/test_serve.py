@@ -195,12 +195,20 @@ def watched(settings: dict) -> dict:
     return {**settings, "output": {**settings.get("output", {}), "metrics_port": 0, "metrics_host": "127.0.0.1"}}
 
 
+def listed(server: Server, job_id: int) -> list[str]:
+    """The endpoints GET /targets gives for the job (its status.json's, on rank 0)."""
+    return [t for group in server.http.get("/targets").json() if group["labels"]["job_id"] == str(job_id)
+            for t in group["targets"]]
+
+
 def scraped_while_running(prometheus: PrometheusServer, server: Server, job_id: int) -> dict:
-    """Prometheus scrapes the job's rank 0 too; every dashboard query, and a few exact ones,
-    once all have answered."""
+    """Prometheus scrapes the job's rank 0 too, found where the service lists it (GET /targets);
+    every dashboard query, and a few exact ones, once all have answered."""
     log = Path(server.job(job_id)["run_dir"]) / "stdout.log"
-    server.wait(job_id, lambda j: ENDPOINT.search(log.read_text()))
-    prometheus.scrape("hvdcls", ENDPOINT.search(log.read_text()).group(1))
+    server.wait(job_id, lambda j: listed(server, job_id))
+    endpoint = listed(server, job_id)
+    assert endpoint == [ENDPOINT.search(log.read_text()).group(1)], endpoint  # what rank 0 said it serves
+    prometheus.scrape("hvdcls", endpoint[0])
     queries = {path.name: dashboard_queries(path) for path in DASHBOARDS}
     exact = ["up", "hvdcls_serve_queue_length", "hvdcls_serve_slots_in_use", "hvdcls_serve_host_slots_free",
              "hvdcls_serve_job_slots", "hvdcls_serve_job_progress", "hvdcls_serve_queue_wait_seconds_count",
@@ -307,6 +315,8 @@ def test_an_elastic_job_shrinks_for_a_waiting_job_and_grows_back(elastic_workloa
     assert recoveries[1]["resumed_at_step"] > recoveries[0]["resumed_at_step"], recoveries
     assert len(sizes) == 4 and sizes[0] == 2, sizes
     assert summary["world_size"] == 2 and len(set(summary["rank_weight_digests"])) == 1
+    status = read_json(Path(e["run_dir"]) / "status.json")  # kept by whichever process was rank 0
+    assert (status["phase"], status["hosts"]) == ("done", {"localhost": 1, "127.0.0.1": 1}), status
     assert summary["elastic"]["steps_lost"] <= 2 * summary["elastic"]["commit_every"]  # an interval per resize
     assert 0.7 <= summary["val_accuracy"] <= 1.0, summary["val_accuracy"]
     for event in recoveries:
@@ -414,8 +424,12 @@ def test_finished_jobs_trained_alike_on_every_rank(workload, name, backend):
     assert len(digests) == 2 and len(set(digests)) == 1, digests
     assert 0.7 <= summary["val_accuracy"] <= 1.0, summary["val_accuracy"]
     for kept in ("spec.json", "job.yaml", "hostfile", "stdout.log", "stderr.log", "exit_status.json",
-                 "metrics.jsonl", "checkpoints"):
+                 "metrics.jsonl", "checkpoints", "status.json"):
         assert (Path(job["run_dir"]) / kept).exists(), kept
+    status = read_json(Path(job["run_dir"]) / "status.json")  # rank 0's last word, as the service read it
+    assert (status["phase"], status["world_size"], status["hosts"], status["fraction"]) == (
+        "done", 2, {"localhost": 2}, 1.0), status
+    assert status["metrics"]["epoch"] == 3 and status["metrics"]["val_accuracy"] == summary["val_accuracy"]
 
 
 def test_a_failed_job_records_its_exit_status_and_last_lines(workload):

@@ -59,6 +59,8 @@ def test_a_job_runs_through_slurm_across_a_restart_of_the_service(workload):
     assert (summary["backend"], summary["world_size"], summary["controller"]) == ("torch", 2, "gloo")
     digests = summary["rank_weight_digests"]
     assert len(digests) == 2 and len(set(digests)) == 1, digests
+    status = read_json(Path(a["run_dir"]) / "status.json")  # rank 0's: what the service recorded
+    assert (status["phase"], status["world_size"], status["hosts"]) == ("done", 2, a["hosts"]), status
     assert workload["A status"].returncode == 0, workload["A status"].stderr
     assert f"slurm job: {a['external_id']}" in workload["A status"].stdout, workload["A status"].stdout
 

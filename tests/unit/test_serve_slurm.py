@@ -11,10 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from hvdcls import status_file
 from hvdcls.errors import UserError
-from hvdcls.serve import runner, slurm, slurm_elastic
-from hvdcls.serve.service import Refused, Settings
-from hvdcls.serve.slurm_service import SlurmService
+from hvdcls.serve import runner
+from hvdcls.serve.errors import Refused
+from hvdcls.serve.executors import slurm_batch as slurm
+from hvdcls.serve.executors import slurm_elastic
+from hvdcls.serve.executors.slurm_options import SlurmOptions
+from hvdcls.serve.service import Service
+from hvdcls.serve.settings import Settings
 from hvdcls.serve.spec import JobSpec
 from hvdcls.serve.store import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, Store
 
@@ -32,7 +37,7 @@ def test_tasks_per_node_expands_slurms_compression():
 
 
 def test_the_batch_script_asks_for_the_tasks_and_launches_horovodrun_on_the_allocation(tmp_path):
-    options = slurm.Options(partition="gpu", time_limit="1:00:00", account="vision").merged(
+    options = SlurmOptions(partition="gpu", time_limit="1:00:00", account="vision").merged(
         {"tasks_per_node": 2, "account": None})
     script = slurm.batch_script("hvdcls-7", 3, "tensorflow", tmp_path, options)
     lines = script.splitlines()
@@ -42,12 +47,12 @@ def test_the_batch_script_asks_for_the_tasks_and_launches_horovodrun_on_the_allo
         f"#SBATCH --output={tmp_path}/stdout.log", f"#SBATCH --error={tmp_path}/stderr.log",
         f"#SBATCH --chdir={tmp_path}", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2",
         "#SBATCH --partition=gpu", "#SBATCH --time=1:00:00", "#SBATCH --account=vision"]
-    assert lines[-2] == f"hosts=$({sys.executable} -m hvdcls.serve.slurm hosts {tmp_path})"
+    assert lines[-2] == f"hosts=$({sys.executable} -m hvdcls.serve.executors.slurm_batch hosts {tmp_path})"
     assert lines[-1].startswith(f"exec {sys.executable} -m hvdcls.serve.wrapper {tmp_path} -- ")
     assert ' -np 3 -H "$hosts" --gloo ' in lines[-1]
     assert lines[-1].endswith(f"-m hvdcls train --backend tensorflow --config {tmp_path}/job.yaml")
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
-    plain = slurm.batch_script("j", 2, "torch", tmp_path, slurm.Options())
+    plain = slurm.batch_script("j", 2, "torch", tmp_path, SlurmOptions())
     assert "--nodes" not in plain and "--partition" not in plain and "--time" not in plain
 
 
@@ -122,9 +127,8 @@ def fake(monkeypatch):
     return fake
 
 
-def service(tmp_path: Path) -> SlurmService:
-    return SlurmService(Settings(state_dir=tmp_path, inventory={}, executor="slurm",
-                                 slurm=slurm.Options(partition="debug")))
+def service(tmp_path: Path) -> Service:
+    return Service(Settings(state_dir=tmp_path, executor="slurm", slurm=SlurmOptions(partition="debug")))
 
 
 def test_a_job_follows_its_slurm_job_across_a_restart(tmp_path, fake):
@@ -178,7 +182,10 @@ def test_cancel_is_scancel_and_the_state_comes_from_slurm(tmp_path, fake):
     svc = service(tmp_path)
     job = svc.submit(JobSpec(np=1))
     assert svc.cancel(job.id).state == QUEUED
+    svc.tick()  # the loop passes the request on, as a pending job's
     assert fake.calls[-1] == ["scancel", "42"]
+    svc.tick()
+    assert fake.calls.count(["scancel", "42"]) == 1  # once
     fake.state, fake.status = "CANCELLED", 15
     svc.tick()
     done = svc.store.get(job.id)
@@ -211,13 +218,13 @@ def test_slurm_script_prints_the_script_and_writes_the_validated_config(tmp_path
     assert main(["slurm-script", "--np", "2", "--run-dir", str(run_dir), "--partition", "debug",
                  "--name", "pets", "training.epochs=2"]) == 0
     script = capsys.readouterr().out
-    assert script == slurm.batch_script("pets", 2, "torch", run_dir, slurm.Options(partition="debug"))
+    assert script == slurm.batch_script("pets", 2, "torch", run_dir, SlurmOptions(partition="debug"))
     config = cfg.load(run_dir / runner.JOB_CONFIG)
     assert (config.training.epochs, config.output.dir) == (2, str(run_dir))
     assert main(["slurm-script", "--np", "2", "--run-dir", str(run_dir), "training.epohcs=2"]) == 2
     assert "training.epohcs" in capsys.readouterr().err
     assert main(["slurm-script", "--np", "4", "--elastic", "--min-np", "2", "--run-dir", str(run_dir)]) == 0
-    assert capsys.readouterr().out == slurm.batch_script("hvdcls", 4, "torch", run_dir, slurm.Options(),
+    assert capsys.readouterr().out == slurm.batch_script("hvdcls", 4, "torch", run_dir, SlurmOptions(),
                                                          slurm.Elastic(2, 4))
     assert cfg.load(run_dir / runner.JOB_CONFIG).training.elastic is True
     for bad, said in ((["--min-np", "5"], "elastic: needs min_np <= np <= max_np (got 5, 4, 4)"),
@@ -228,14 +235,14 @@ def test_slurm_script_prints_the_script_and_writes_the_validated_config(tmp_path
 
 def test_an_elastic_job_asks_for_max_np_tasks_that_survive_a_lost_node(tmp_path):
     elastic = slurm.Elastic(min_np=2, max_np=4, network_interface="eth0")
-    script = slurm.batch_script("e", 3, "torch", tmp_path, slurm.Options(), elastic)
+    script = slurm.batch_script("e", 3, "torch", tmp_path, SlurmOptions(), elastic)
     lines = script.splitlines()
     assert "#SBATCH --ntasks=4" in lines and "#SBATCH --no-kill" in lines
-    assert lines[-2] == f"{sys.executable} -m hvdcls.serve.slurm hosts {tmp_path} --elastic >/dev/null"
+    assert lines[-2] == f"{sys.executable} -m hvdcls.serve.executors.slurm_batch hosts {tmp_path} --elastic >/dev/null"
     assert (f" -np 3 --min-np 2 --max-np 4 --host-discovery-script {tmp_path}/discover.sh --elastic-timeout 60 "
             "--gloo --blacklist-cooldown-range 2 5 --network-interface eth0 ") in lines[-1]
     assert " -H " not in lines[-1] and subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
-    assert "--no-kill" not in slurm.batch_script("j", 2, "torch", tmp_path, slurm.Options())
+    assert "--no-kill" not in slurm.batch_script("j", 2, "torch", tmp_path, SlurmOptions())
 
 
 def test_discovery_lists_the_allocations_nodes_that_slurm_and_their_sshd_say_are_usable(tmp_path, monkeypatch):
@@ -300,7 +307,7 @@ def test_an_elastic_job_records_each_change_of_its_nodes_and_why_it_failed(tmp_p
     svc.tick()
     failed = svc.store.get(below.id)
     assert failed.state == FAILED and failed.message.splitlines()[0] == (
-        "Slurm COMPLETING, exit status 1: 2 slot(s) left (node1:2), fewer than min_np=3"), failed.message
+        "Slurm FAILED, exit status 1: 2 slot(s) left (node1:2), fewer than min_np=3"), failed.message
     # Signalled (scancel, the time limit): only Slurm can tell which, so its end state is awaited.
     stopped = svc.submit(JobSpec(np=1))
     fake.state = "COMPLETING"
@@ -313,7 +320,7 @@ def test_an_elastic_job_records_each_change_of_its_nodes_and_why_it_failed(tmp_p
 
 
 def test_the_batch_script_may_launch_with_mpirun_but_not_an_elastic_job(tmp_path, fake):
-    script = slurm.batch_script("m", 4, "torch", tmp_path, slurm.Options(launcher="mpirun"))
+    script = slurm.batch_script("m", 4, "torch", tmp_path, SlurmOptions(launcher="mpirun"))
     last = script.splitlines()[-1]
     assert re.search(r' -- \S*mpirun -mca plm rsh -np 4 -H "\$hosts" -bind-to none -map-by slot .* -x OMP_NUM_THREADS ',
                      last), last
@@ -322,3 +329,59 @@ def test_the_batch_script_may_launch_with_mpirun_but_not_an_elastic_job(tmp_path
     with pytest.raises(Refused, match="elastic: needs horovodrun"):
         svc.submit(JobSpec(np=2, elastic=True, slurm={"launcher": "mpirun"}))
     assert svc.store.list() == []
+
+
+def write_status(run_dir: Path, hosts: dict, **fields) -> None:
+    status = status_file.RunStatus(phase=fields.pop("phase", "training"), hosts=hosts,
+                                   world_size=sum(hosts.values()), **fields)
+    (run_dir / status_file.STATUS_FILE).write_text(json.dumps(status.as_dict()))
+
+
+def test_the_world_recorded_is_the_one_the_job_wrote_last_even_when_it_ends_at_once(tmp_path, fake):
+    """The docker test's flake, without docker: node2 is lost, the job resets on node1 and
+    finishes before a turn of the loop sees it running there; the discovery's record still
+    lists both nodes. The end is recorded with the job's own last word (status.json)."""
+    svc = service(tmp_path)
+    job = svc.submit(JobSpec(np=4, elastic=True, min_np=2))
+    run_dir = Path(job.run_dir)
+    fake.state = "RUNNING"
+    (run_dir / runner.ALLOCATION).write_text("node1:2\nnode2:2\n")
+    svc.tick()
+    write_status(run_dir, {"node1": 2, "node2": 2})
+    svc.tick()
+    assert (json.loads(svc.store.get(job.id).hosts), svc.store.get(job.id).resizes) == ({"node1": 2, "node2": 2}, 0)
+    # Between two turns: the reset on node1 and the end. The allocation file lags behind.
+    write_status(run_dir, {"node1": 2}, phase="done")
+    (run_dir / runner.EXIT).write_text('{"returncode": 0, "terminated": false}')
+    fake.state = "COMPLETING"
+    svc.tick()
+    done = svc.store.get(job.id)
+    assert (done.state, json.loads(done.hosts), done.resizes) == (SUCCEEDED, {"node1": 2}, 1)
+    # While it runs, the job's word wins over the allocation's too.
+    other = svc.submit(JobSpec(np=4, elastic=True, min_np=2))
+    fake.state = "RUNNING"
+    (Path(other.run_dir) / runner.ALLOCATION).write_text("node1:2\nnode2:2\n")
+    write_status(Path(other.run_dir), {"node1": 2, "node2": 2})
+    svc.tick()
+    write_status(Path(other.run_dir), {"node1": 2})
+    svc.tick()
+    svc.tick()
+    shrunk = svc.store.get(other.id)
+    assert (shrunk.state, json.loads(shrunk.hosts), shrunk.resizes) == (RUNNING, {"node1": 2}, 1)
+    assert shrunk.first_step_at is None  # no step in its status yet
+
+
+def test_a_hung_job_under_slurm_is_scancelled_and_recorded_as_hung(tmp_path, fake):
+    """Hang detection under Slurm: the job's status.json says it last stepped long ago."""
+    svc = Service(Settings(state_dir=tmp_path, executor="slurm", hang_seconds=30))
+    job = svc.submit(JobSpec(np=2))
+    fake.state = "RUNNING"
+    svc.tick()
+    svc.store.update(job.id, started_at=1000.0)  # running since long ago ...
+    write_status(Path(job.run_dir), {"node1": 2}, last_step_at=1000.0, phase_since=990.0)  # ... silent as long
+    svc.tick()
+    assert fake.calls[-1] == ["scancel", "42"]
+    fake.state, fake.status = "CANCELLED", 15
+    svc.tick()
+    hung = svc.store.get(job.id)
+    assert hung.state == FAILED and hung.message.startswith("hung: no step for "), hung.message

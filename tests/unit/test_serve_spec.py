@@ -10,9 +10,12 @@ import pytest
 from pydantic import ValidationError
 
 from hvdcls import config as cfg
+from hvdcls import status_file
 from hvdcls.errors import UserError
 from hvdcls.serve import runner
-from hvdcls.serve.service import Service, Settings, TooLarge
+from hvdcls.serve.errors import TooLarge
+from hvdcls.serve.executors.hosts import alive, start_time
+from hvdcls.serve.service import Service, Settings
 from hvdcls.serve.spec import JobSpec, job_config, resolve
 from hvdcls.serve.store import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED
 
@@ -82,15 +85,6 @@ def test_the_job_runs_in_its_run_directory_with_progress_lines(tmp_path):
     assert job_config(chosen, tmp_path, metrics=True).output.metrics_port == 9400
 
 
-def test_progress_without_step_lines_counts_the_epochs_of_a_long_metrics_file(tmp_path):
-    # 60 records of ~700 bytes: more than any tail of the file holds
-    records = [json.dumps({"epoch": e, "pad": "x" * 680}) for e in range(1, 61)]
-    (tmp_path / runner.METRICS).write_text("\n".join(records) + "\n")
-    assert runner.progress(tmp_path, epochs=90) == {
-        "epoch": 60, "epochs": 90, "step": None, "steps_per_epoch": None, "fraction": 60 / 90}
-    assert runner.progress(tmp_path / "none", epochs=90) is None
-
-
 @pytest.fixture
 def service(tmp_path):
     return Service(Settings(state_dir=tmp_path / "state", inventory={"localhost": 2}))
@@ -111,7 +105,7 @@ def test_submit_queues_in_order_and_refuses_what_can_never_run(service):
 def dead_process() -> tuple[int, int]:
     """A pid and start time of a process that has ended (and been reaped)."""
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    started = runner.start_time(child.pid)
+    started = start_time(child.pid)
     child.wait()
     return child.pid, started
 
@@ -135,7 +129,7 @@ def test_a_restart_reconciles_the_jobs_left_running(tmp_path):
     again = left_running(before, tmp_path / "again", requeue=True)
     ended = left_running(before, tmp_path / "ended", exit_code=0)
     alive = before.submit(JobSpec(np=1)).id
-    before.store.update(alive, state=RUNNING, pid=os.getpid(), pid_start=runner.start_time(os.getpid()),
+    before.store.update(alive, state=RUNNING, pid=os.getpid(), pid_start=start_time(os.getpid()),
                         run_dir=str(tmp_path), hosts=json.dumps({"localhost": 1}))
     after = Service(Settings(state_dir=tmp_path / "state", inventory={"localhost": 4}))  # same table
     after.reconcile()
@@ -149,33 +143,44 @@ def test_a_restart_reconciles_the_jobs_left_running(tmp_path):
 
 
 def test_a_recycled_pid_is_not_taken_for_the_job():
-    assert runner.alive(os.getpid(), runner.start_time(os.getpid()))
-    assert not runner.alive(os.getpid(), runner.start_time(os.getpid()) - 1)
-    assert not runner.alive(*dead_process())
+    assert alive(os.getpid(), start_time(os.getpid()))
+    assert not alive(os.getpid(), start_time(os.getpid()) - 1)
+    assert not alive(*dead_process())
 
 
 def test_a_silent_job_is_ended_as_hung_and_a_cancelled_one_as_cancelled(tmp_path):
-    service = Service(Settings(state_dir=tmp_path / "state", inventory={"localhost": 2}, grace_seconds=0))
+    """Silence is read from the job's status.json: its last step (or change of phase) long
+    ago; a job without a status counts from its start, one stepping now is left alone."""
+    service = Service(Settings(state_dir=tmp_path / "state", inventory={"localhost": 3}, grace_seconds=0))
     jobs = {}
-    for name, hang in (("silent", 5), ("cancelled", None)):
+    now = __import__("time").time()
+    for name, hang, last_step, started in (("silent", 5, 100.0, 100.0), ("cancelled", None, now, now),
+                                           ("no status", 5, None, 100.0), ("stepping", 5, now, 100.0)):
         job_id = service.submit(JobSpec(np=1, hang_seconds=hang)).id
         process = subprocess.Popen(["sleep", "60"], start_new_session=True)
         run_dir = tmp_path / name
         run_dir.mkdir()
         (run_dir / runner.STDOUT).write_text("epoch 1/2 step 3/10 loss 2.1\n")
-        os.utime(run_dir / runner.STDOUT, (0, 100.0))  # silent since long ago
-        service.store.update(job_id, state=RUNNING, pid=process.pid, pid_start=runner.start_time(process.pid),
-                             run_dir=str(run_dir), hosts=json.dumps({"localhost": 1}), started_at=100.0)
+        if last_step is not None:
+            status = status_file.RunStatus(phase="training", phase_since=last_step - 1, last_step_at=last_step)
+            (run_dir / status_file.STATUS_FILE).write_text(json.dumps(status.as_dict()))
+        service.store.update(job_id, state=RUNNING, pid=process.pid, pid_start=start_time(process.pid),
+                             run_dir=str(run_dir), hosts=json.dumps({"localhost": 1}), started_at=started)
         jobs[name] = (job_id, process)
     service.cancel(jobs["cancelled"][0])
-    service.tick()  # SIGTERM to both groups
-    for _, process in jobs.values():
-        assert process.wait(timeout=10) == -15
-    service.tick()  # both gone: recorded
-    silent, cancelled = (service.store.get(job_id) for job_id, _ in jobs.values())
-    assert silent.state == FAILED and silent.message.startswith("hung: no output for "), silent.message
+    service.tick()  # SIGTERM to three groups
+    for name in ("silent", "cancelled", "no status"):
+        assert jobs[name][1].wait(timeout=10) == -15
+    assert jobs["stepping"][1].poll() is None
+    service.tick()  # gone: recorded
+    silent, cancelled, unknown, stepping = (service.store.get(job_id) for job_id, _ in jobs.values())
+    assert silent.state == FAILED and silent.message.startswith("hung: no step for "), silent.message
     assert silent.message.splitlines()[-1] == "epoch 1/2 step 3/10 loss 2.1"
+    assert unknown.state == FAILED and unknown.message.startswith("hung: no step for ")
     assert cancelled.state == CANCELLED and cancelled.message == "cancelled while running"
+    assert stepping.state == RUNNING and stepping.stop_requested_at is None
+    jobs["stepping"][1].kill()
+    jobs["stepping"][1].wait()
 
 
 @pytest.mark.parametrize("fields, words", [

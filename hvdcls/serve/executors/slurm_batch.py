@@ -1,12 +1,13 @@
-"""Slurm as the service's executor: the batch script, the calls (sbatch, squeue, scancel) and
-what their answers mean.
+"""Slurm for hvdcls.serve.executors.slurm: the batch script, the calls (sbatch, squeue,
+scancel) and what their answers mean.
 
 A job becomes one batch job whose script, inside its allocation, asks this module for the hosts
-(`python -m hvdcls.serve.slurm hosts RUN_DIR`: `scontrol show hostnames $SLURM_JOB_NODELIST`,
-slots from `$SLURM_TASKS_PER_NODE`), then runs the same wrapper and `horovodrun ... hvdcls train`
-as the host-list executor (or `mpirun`, Options.launcher). An elastic job (`Elastic`) asks for
-max_np tasks with `--no-kill` and runs horovodrun elastic on what is left of its allocation
-(hvdcls.serve.slurm_elastic). Slurm owns the queue; the service only maps states:
+(`python -m hvdcls.serve.executors.slurm_batch hosts RUN_DIR`: `scontrol show hostnames
+$SLURM_JOB_NODELIST`, slots from `$SLURM_TASKS_PER_NODE`), then runs the same wrapper and
+`horovodrun ... hvdcls train` as the host-list executor (or `mpirun`, SlurmOptions.launcher). An
+elastic job (`Elastic`) asks for max_np tasks with `--no-kill` and runs horovodrun elastic on
+what is left of its allocation (slurm_elastic). Slurm owns the queue; the service only maps
+states:
 
     PENDING, CONFIGURING, REQUEUED, ...      queued
     RUNNING, COMPLETING, SUSPENDED            running
@@ -30,8 +31,10 @@ from typing import Optional
 
 from hvdcls import launch
 from hvdcls.errors import UserError
-from hvdcls.serve import runner, slurm_elastic
-from hvdcls.serve.service import Refused
+from hvdcls.serve import runner
+from hvdcls.serve.errors import Rejected
+from hvdcls.serve.executors import slurm_elastic
+from hvdcls.serve.executors.slurm_options import SlurmOptions
 from hvdcls.serve.store import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED
 
 BATCH_SCRIPT = "job.sbatch"
@@ -39,21 +42,6 @@ QUEUED_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_H
                  "RESIZING", "SPECIAL_EXIT"}
 RUNNING_STATES = {"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "STOPPED"}
 TIMEOUT_SECONDS = 30  # a Slurm command that takes longer means the controller is unreachable
-
-
-@dataclass(frozen=True)
-class Options:
-    """Where and how long: the service's defaults, each overridable by a spec's `slurm` field."""
-
-    partition: Optional[str] = None
-    time_limit: Optional[str] = None  # Slurm's syntax: MINUTES, HH:MM:SS, D-HH:MM
-    account: Optional[str] = None
-    tasks_per_node: Optional[int] = None  # None: Slurm places the tasks
-    launcher: Optional[str] = None  # "horovodrun" (None) or "mpirun"
-
-    def merged(self, spec_options: Optional[dict]) -> "Options":
-        given = {k: v for k, v in (spec_options or {}).items() if v is not None}
-        return Options(**{**self.__dict__, **given})
 
 
 @dataclass(frozen=True)
@@ -65,17 +53,14 @@ class Status:
     reason: Optional[str] = None  # why it waits (Resources, Priority, PartitionNodeLimit, ...)
 
 
-def directives(job_name: str, np: int, run_dir: Path, options: Options, elastic: bool = False) -> list[str]:
+def directives(job_name: str, np: int, run_dir: Path, options: SlurmOptions, elastic: bool = False) -> list[str]:
     lines = [f"--job-name={job_name}", f"--ntasks={np}", "--cpus-per-task=1",
              f"--output={run_dir / runner.STDOUT}", f"--error={run_dir / runner.STDERR}", f"--chdir={run_dir}"]
     if options.tasks_per_node:
         lines += [f"--nodes={-(-np // options.tasks_per_node)}", f"--ntasks-per-node={options.tasks_per_node}"]
     if elastic:  # a node that fails leaves the job running on the others (slurm_elastic)
         lines.append("--no-kill")
-    lines += [f"--{flag}={value}" for flag, value in (("partition", options.partition),
-                                                       ("time", options.time_limit),
-                                                       ("account", options.account)) if value]
-    return lines
+    return lines + options.directives()
 
 
 @dataclass(frozen=True)
@@ -87,21 +72,20 @@ class Elastic:
     network_interface: Optional[str] = None  # horovodrun's, when the job may run on one node
 
 
-def batch_script(job_name: str, np: int, backend: str, run_dir: Path, options: Options,
+def batch_script(job_name: str, np: int, backend: str, run_dir: Path, options: SlurmOptions,
                  elastic: Optional[Elastic] = None) -> str:
     """The sbatch script: hosts and slots from the allocation, then the wrapper around
     `horovodrun --gloo -np N -H HOSTS ... hvdcls train --config RUN_DIR/job.yaml`; an elastic
     job's horovodrun takes its hosts from RUN_DIR/discover.sh instead (slurm_elastic)."""
-    train = launch.hvdcls_command("train", "--backend", backend, "--config", str(run_dir / runner.JOB_CONFIG))
-    ask_hosts = [sys.executable, "-m", "hvdcls.serve.slurm", "hosts", str(run_dir)]
+    train = runner.train_command(run_dir, backend)
+    ask_hosts = [sys.executable, "-m", "hvdcls.serve.executors.slurm_batch", "hosts", str(run_dir)]
     if elastic:
         launcher = slurm_elastic.horovodrun(np, elastic.min_np, elastic.max_np, run_dir, train,
                                             elastic.network_interface)
-        words = [shlex.quote(part) for part in (sys.executable, "-m", "hvdcls.serve.wrapper", str(run_dir), "--",
-                                                *launcher)]
+        words = [shlex.quote(part) for part in runner.wrapped(run_dir, launcher)]
         find_hosts = " ".join(map(shlex.quote, [*ask_hosts, "--elastic"])) + " >/dev/null"
     else:
-        job = [sys.executable, "-m", "hvdcls.serve.wrapper", str(run_dir), "--", *launcher_command(options, np, train)]
+        job = runner.wrapped(run_dir, launcher_command(options, np, train))
         words = [shlex.quote(part) for part in job]
         words[job.index("-H") + 1] = '"$hosts"'  # known only inside the allocation
         find_hosts = f"hosts=$({' '.join(map(shlex.quote, ask_hosts))})"
@@ -112,7 +96,7 @@ def batch_script(job_name: str, np: int, backend: str, run_dir: Path, options: O
                       "set -euo pipefail", find_hosts, f"exec {' '.join(words)}", ""])
 
 
-def launcher_command(options: Options, np: int, train: list[str]) -> list[str]:
+def launcher_command(options: SlurmOptions, np: int, train: list[str]) -> list[str]:
     """horovodrun (Gloo) or mpirun, with the placeholder host HOSTS for -H. mpirun starts its
     daemons over ssh (`-mca plm rsh`), as horovodrun does, rather than through srun: the job's
     ranks are not Slurm tasks either way."""
@@ -209,17 +193,13 @@ def cancel(slurm_id: str) -> None:
     call(["scancel", slurm_id])
 
 
-class Rejected(Refused):
-    """sbatch refused the job (a bad partition or account, more nodes than exist): HTTP 400."""
-
-
 def main(argv: list[str]) -> int:
-    """`python -m hvdcls.serve.slurm hosts RUN_DIR [--elastic]`, inside the batch job: print
+    """`python -m hvdcls.serve.executors.slurm_batch hosts RUN_DIR [--elastic]`, inside the batch job: print
     horovodrun's -H for this allocation and write it to RUN_DIR/allocation (what the service
     shows); --elastic: also the nodes and the discovery script of slurm_elastic."""
     import os
 
-    usage = "usage: python -m hvdcls.serve.slurm hosts RUN_DIR [--elastic]"
+    usage = "usage: python -m hvdcls.serve.executors.slurm_batch hosts RUN_DIR [--elastic]"
     assert argv[:1] == ["hosts"] and len(argv) in (2, 3) and argv[2:] in ([], ["--elastic"]), usage
     names = call(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]]).stdout.split()
     hosts = allocation(names, os.environ["SLURM_TASKS_PER_NODE"])

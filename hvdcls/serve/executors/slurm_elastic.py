@@ -35,7 +35,7 @@ UNUSABLE_STATES = "down,drain,fail,no_respond"
 
 # Horovod runs this every second and fails the job if it exits non-zero: it always exits 0.
 DISCOVERY_SCRIPT = r"""#!/bin/bash
-# Written by hvdcls serve (hvdcls/serve/slurm_elastic.py): Horovod's host discovery for one
+# Written by hvdcls serve (hvdcls/serve/executors/slurm_elastic.py): Horovod's host discovery for one
 # elastic job under Slurm. Prints the allocation's nodes ($nodes) that Slurm does not mark
 # unusable and whose sshd (the port ssh uses for the node) answers within @REACH@ s.
 nodes=@NODES@
