@@ -197,11 +197,15 @@ class Service:
         the executor saw it. Its status.json is read a last time here, so what the table says
         of its world is what the job said last, however soon after its last change it ended."""
         run_dir, now = runner.directory(job), time.time()
-        fields = self.hosts_change(job, self.placed(status_file.read(run_dir), seen), now)
+        status = status_file.read(run_dir)
+        fields = self.hosts_change(job, self.placed(status, seen), now)
+        # A stopped job's exit status says little (horovodrun may exit 0 after a SIGTERM): it
+        # finished only if it said so itself, in its status file, before it ended.
+        finished = seen.state == SUCCEEDED and status is not None and status.phase == status_file.DONE
         message: Optional[str]
         if job.stop_reason is not None:
             state, message = FAILED, runner.failure_message(run_dir, job.stop_reason)
-        elif job.stop_requested_at is not None and seen.state != SUCCEEDED:
+        elif job.stop_requested_at is not None and not finished:
             state, message = CANCELLED, seen.message if seen.state == CANCELLED else "cancelled while running"
         elif seen.state in (SUCCEEDED, CANCELLED):
             state, message = seen.state, seen.message

@@ -59,8 +59,9 @@ def test_reaches_the_accuracy_bar_with_identical_weights(digits_run):
 def test_only_rank_0_wrote_outputs(digits_run):
     _, out = digits_run
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["checkpoints", "config.yaml", "metrics.jsonl", "report.png", "summary.json",
-                     "tensorboard"]
+    assert names == ["checkpoints", "config.yaml", "metrics.jsonl", "report.png", "status.json",
+                     "summary.json", "tensorboard"]
+    assert read_json(out / "status.json")["phase"] == "done"
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == \
         ["epoch-0004", "epoch-0008", "epoch-0012"]
 

@@ -136,6 +136,21 @@ def test_cancel_queued_in_the_service_at_once_held_through_the_executor_then_for
     assert (ended.state, ended.message) == (CANCELLED, "cancelled while running")
 
 
+
+def test_a_stopped_job_that_exits_0_succeeded_only_if_its_status_said_done(tmp_path):
+    service, fake = make(tmp_path, inventory={"a": 2})
+    stopped, finished = service.submit(JobSpec(np=1)), service.submit(JobSpec(np=1))
+    service.tick()
+    for job_id, phase in ((stopped.id, "training"), (finished.id, "done")):
+        status(service.store.get(job_id), phase=phase)
+        service.cancel(job_id)
+    service.tick()
+    for job_id in (stopped.id, finished.id):
+        fake.end(job_id, SUCCEEDED, 0)  # horovodrun may exit 0 after a SIGTERM
+    service.tick()
+    assert service.store.get(stopped.id).state == CANCELLED
+    assert service.store.get(finished.id).state == SUCCEEDED  # it ended before the signal told
+
 def test_a_hang_is_the_status_files_silence_under_any_executor(tmp_path):
     service, fake = make(tmp_path, hang_seconds=30)
     job = service.submit(JobSpec(np=1))
