@@ -3,6 +3,7 @@ slots where the backend's checkpoint and Horovod's broadcast look for them (one 
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.cases.optimizers import *  # noqa: F401,F403 (the shared cases, collected here)
 from tests.cases.optimizers import gradients, settings, weights
@@ -20,10 +21,13 @@ def step(optimizer, params: dict, grads: dict) -> None:
 class TensorFlowOptimizerOps:
     @staticmethod
     def steps(config, values, grads):
+        """Each step in a tf.function, as the backend's compiled training step applies them."""
         params = variables(values)
         optimizer = make_optimizer(config)
+        optimizer.build(list(params.values()))
+        apply = tf.function(lambda g: optimizer.apply_gradients([(g[k], v) for k, v in params.items()]))
         for g in grads:
-            step(optimizer, params, g)
+            apply({k: tf.constant(x) for k, x in g.items()})
         return {k: np.asarray(v.numpy()) for k, v in params.items()}
 
 

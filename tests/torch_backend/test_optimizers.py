@@ -1,5 +1,10 @@
 """LARS and LAMB as torch optimizers: the cases of tests/cases/optimizers.py, and Horovod's
 DistributedOptimizer around them (one process)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -7,6 +12,8 @@ import torch
 from tests.cases.optimizers import *  # noqa: F401,F403 (the shared cases, collected here)
 from tests.cases.optimizers import gradients, settings, weights
 from torch_backend.backend import make_optimizer
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def parameters(values: dict) -> dict[str, torch.nn.Parameter]:
@@ -34,11 +41,10 @@ def optimizer_ops():
     return TorchOptimizerOps()
 
 
-@pytest.mark.parametrize("name", ["lars", "lamb"])
-def test_horovods_distributed_optimizer_rebuilds_and_broadcasts_them(name):
+def distributed_steps_match_plain(name: str) -> None:
     """DistributedOptimizer re-creates the class from the param groups alone, and
     broadcast_optimizer_state sends the groups' settings and the state: the steps after it
-    are the plain optimizer's."""
+    are the plain optimizer's. Needs hvd.init(): run in a process of its own."""
     import horovod.torch as hvd
 
     hvd.init()
@@ -58,3 +64,13 @@ def test_horovods_distributed_optimizer_rebuilds_and_broadcasts_them(name):
         np.testing.assert_allclose(wrapped[key].detach().numpy(), plain[key].detach().numpy(),
                                    rtol=1e-6, atol=1e-7, err_msg=key)
     assert distributed.state_dict()["param_groups"][0]["lr"] == config.optimizer.lr
+
+
+def test_horovods_distributed_optimizer_rebuilds_and_broadcasts_them():
+    """One plain process (no launcher), apart from pytest's: hvd.init() stays out of it."""
+    code = ("from tests.torch_backend.test_optimizers import distributed_steps_match_plain as check\n"
+            "check('lars'); check('lamb')")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
