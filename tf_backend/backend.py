@@ -42,10 +42,13 @@ from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches
 from hvdcls.errors import UserError
 from hvdcls.horovod_backend import HorovodBackend
-from tf_backend import compiled, data, elastic, models, sync_bn
+from tf_backend import compiled, data, elastic, models, optimizers, sync_bn
 from tf_backend.compression import PowerSGDReducer
 
 CHECKPOINT_FILE = "tensorflow.npz"
+# The optimizers whose weight decay is L2 added to the gradient here, as torch's SGD and Adam
+# add it; the others (adamw, lars, lamb) apply their own.
+L2_ON_GRADIENT = ("sgd", "adam")
 
 
 def tf_variables(variables) -> list[tf.Variable]:
@@ -55,12 +58,17 @@ def tf_variables(variables) -> list[tf.Variable]:
 
 def make_optimizer(config: Config) -> keras.optimizers.Optimizer:
     """Same update rules as torch_backend: SGD and Adam take weight decay as L2 on the gradient
-    (added in train step), AdamW decouples it."""
+    (added in train step), AdamW decouples it, LARS and LAMB apply their own (not to 1-D weights)."""
     opt, lr = config.optimizer, worker_lr(config.optimizer, config.training.batch_size)
     if opt.name == "sgd":
         return keras.optimizers.SGD(lr, momentum=opt.momentum, nesterov=opt.nesterov)
     if opt.name == "adam":
         return keras.optimizers.Adam(lr, epsilon=1e-8)
+    if opt.name == "lars":
+        return optimizers.LARS(lr, momentum=opt.momentum, weight_decay=opt.weight_decay,
+                               trust_coefficient=opt.trust_coefficient, nesterov=opt.nesterov)
+    if opt.name == "lamb":
+        return optimizers.LAMB(lr, weight_decay=opt.weight_decay)
     return keras.optimizers.AdamW(lr, weight_decay=opt.weight_decay, epsilon=1e-8)
 
 
@@ -116,7 +124,7 @@ class TensorFlowBackend(HorovodBackend):
         optimizer = make_optimizer(config)
         self.optimizer = keras.optimizers.LossScaleOptimizer(optimizer) if self.loss_scaled else optimizer
         self.optimizer.build(self.model.trainable_variables)  # slots exist before any broadcast
-        self.l2 = config.optimizer.weight_decay if config.optimizer.name != "adamw" else 0.0
+        self.l2 = config.optimizer.weight_decay if config.optimizer.name in L2_ON_GRADIENT else 0.0
         self.clip = training.grad_clip_norm
         self.smoothing = training.label_smoothing
         self.compression = hvd.Compression.fp16 if hv.compression == "fp16" else hvd.Compression.none

@@ -24,7 +24,7 @@ from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.errors import UserError
 from hvdcls.horovod_backend import HorovodBackend
-from torch_backend import compiled, data, elastic, models
+from torch_backend import compiled, data, elastic, models, optimizers
 from torch_backend.compression import PowerSGDReducer
 from torch_backend.sync_bn import SyncBatchNorm
 
@@ -38,6 +38,11 @@ def make_optimizer(params, config: Config) -> torch.optim.Optimizer:
                                weight_decay=opt.weight_decay)
     if opt.name == "adam":  # L2 added to the gradient, as torch's Adam does
         return torch.optim.Adam(params, lr=lr, weight_decay=opt.weight_decay)
+    if opt.name == "lars":
+        return optimizers.LARS(params, lr=lr, momentum=opt.momentum, weight_decay=opt.weight_decay,
+                               trust_coefficient=opt.trust_coefficient, nesterov=opt.nesterov)
+    if opt.name == "lamb":
+        return optimizers.LAMB(params, lr=lr, weight_decay=opt.weight_decay)
     return torch.optim.AdamW(params, lr=lr, weight_decay=opt.weight_decay)
 
 

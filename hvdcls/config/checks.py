@@ -24,7 +24,7 @@ def _choices(cls: type, prefix: str = "") -> dict[str, tuple[str, ...]]:
 CHOICES = _choices(Config)
 POSITIVE = ("data.image_size", "data.synthetic.num_samples", "data.synthetic.num_classes",
             "training.epochs", "training.batch_size", "training.log_every", "training.commit_every",
-            "training.ema_steps",
+            "training.ema_steps", "optimizer.trust_coefficient",
             "horovod.backward_passes_per_step", "output.keep_checkpoints", "schedule.step_size",
             "horovod.powersgd.rank", "training.balancing.min_batch", "training.balancing.every")
 NON_NEGATIVE = ("data.workers", "optimizer.lr", "optimizer.momentum", "optimizer.weight_decay",

@@ -72,14 +72,16 @@ class DataConfig:
 
 @dataclass
 class OptimizerConfig:
-    name: Literal["sgd", "adam", "adamw"] = "sgd"
+    # lars, lamb: layer-wise trust ratios for large global batches (hvdcls.lars_lamb)
+    name: Literal["sgd", "adam", "adamw", "lars", "lamb"] = "sgd"
     lr: float = 0.1  # per 256 images of the global batch; see scale_lr
     # per256: lr x global batch / 256 (the linear-scaling rule of Goyal et al.: 0.1 per 256);
     # linear: lr is for one worker's batch, x world size x backward passes; none: as given.
     scale_lr: Literal["per256", "linear", "none"] = "per256"
-    momentum: float = 0.9
-    nesterov: bool = False
-    weight_decay: float = 1e-4
+    momentum: float = 0.9  # sgd, lars
+    nesterov: bool = False  # sgd, lars
+    weight_decay: float = 1e-4  # lars, lamb: not on biases and normalisation weights
+    trust_coefficient: float = 0.001  # lars: eta, the trust ratio's scale (You et al. 2017)
 
 
 REFERENCE_BATCH = 256  # optimizer.scale_lr=per256: lr is for this many images (Goyal et al.)

@@ -24,6 +24,16 @@ def epoch_permutation(num_samples: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(num_samples)
 
 
+def at_least_one_step(shards) -> None:
+    """A world that cannot fill one step stops with one line (TrainShards, ElasticShards)."""
+    if shards.steps_per_epoch < 1:
+        per_step = shards.batch_size * shards.backward_passes * shards.world_size
+        raise UserError(
+            f"{shards.num_samples} training samples are too few for one step of {per_step} "
+            f"(training.batch_size={shards.batch_size} x horovod.backward_passes_per_step="
+            f"{shards.backward_passes} x {shards.world_size} ranks): lower the batch size")
+
+
 @dataclass(frozen=True)
 class TrainShards:
     num_samples: int
@@ -34,12 +44,7 @@ class TrainShards:
     seed: int = 0
 
     def __post_init__(self):
-        if self.steps_per_epoch < 1:
-            per_step = self.batch_size * self.backward_passes * self.world_size
-            raise UserError(
-                f"{self.num_samples} training samples are too few for one step of {per_step} "
-                f"(training.batch_size={self.batch_size} x horovod.backward_passes_per_step="
-                f"{self.backward_passes} x {self.world_size} ranks): lower the batch size")
+        at_least_one_step(self)
 
     @property
     def samples_per_rank(self) -> int:
@@ -112,6 +117,9 @@ class ElasticShards:
     backward_passes: int = 1
     seed: int = 0
 
+    def __post_init__(self):
+        at_least_one_step(self)
+
     @property
     def per_step(self) -> int:
         """Samples one optimizer step consumes over the whole world."""
@@ -119,7 +127,8 @@ class ElasticShards:
 
     @property
     def steps_per_epoch(self) -> int:
-        """Steps of a whole epoch at this world size."""
+        """Steps of a whole epoch at this world size: what `batches(epoch, 0)` yields (in
+        micro-batches, x backward_passes), and what the trainer counts by in elastic runs."""
         return self.num_samples // self.per_step
 
     def remaining_steps(self, consumed: int) -> int:

@@ -33,7 +33,6 @@ from hvdcls.data.sharding import ElasticShards
 from hvdcls.data.sources import Data
 from hvdcls.errors import UserError
 from hvdcls.observe.monitor import EpochRecord, Monitor, Sink
-from hvdcls.training import schedule
 from hvdcls.training.faults import StepHooks
 from hvdcls.training.loop import EpochTimes, Reduced, StepHook, Tally, Trainer, as_floats, shifted, world_hosts
 from hvdcls.training.outputs import RunOutputs
@@ -56,14 +55,6 @@ def schedule_position(epoch: int, consumed: int, shards: ElasticShards) -> float
     """Where the learning-rate schedule stands, counted in steps of the world as it is now:
     the same fraction of the run whatever world trained before."""
     return epoch * shards.steps_per_epoch + consumed / shards.per_step
-
-
-def world_schedule(config: Config, shards: ElasticShards) -> schedule.LRSchedule:
-    """Horovod: the rate follows the world as it is now (peak x size, this size's steps)."""
-    return schedule.build(config.optimizer, config.schedule, world_size=shards.world_size,
-                          backward_passes=shards.backward_passes,
-                          steps_per_epoch=shards.steps_per_epoch, epochs=config.training.epochs,
-                          batch_size=shards.batch_size)
 
 
 @dataclass
@@ -229,20 +220,18 @@ class ElasticTrainer:
             self.finish_epoch(state, trainer, times)
         return trainer
 
-    def shards(self, ctx: Context) -> ElasticShards:
-        training = self.config.training
-        return ElasticShards(len(self.data.train), ctx.size, ctx.rank, training.batch_size,
-                             self.config.horovod.backward_passes_per_step, training.seed)
-
     def train_rest_of_epoch(self, state, trainer: Trainer) -> EpochTimes:
         """The epoch's steps from the state's point on, dealt over this world; the last ones
         since a commit are folded into the state, left for the epoch's end to commit. Under
         training.balance, one stretch of steps per plan in force: a new plan (at the same step
         boundary on every rank) cuts the rest of the epoch anew from the samples consumed."""
         ctx, epoch = trainer.ctx, state.epoch
-        shards = self.shards(ctx)
+        # The trainer's: the shards its step count (schedule, EMA, progress) is taken from.
+        shards = trainer.elastic_shards
+        assert shards is not None, "an elastic attempt's trainer is built with training.elastic=true"
         self.backend.seed(attempt_seed(self.config.training.seed, epoch, ctx.rank, state.consumed))
-        lr_at = world_schedule(self.config, shards)
+        # Horovod: the rate follows the world as it is now (peak x size, this size's steps).
+        lr_at = trainer.lr_at
         commits = Commits(state, self.backend, ctx.rank, shards.per_step,
                           self.config.training.commit_every, self.recoveries, trainer.phases,
                           trainer.faults)

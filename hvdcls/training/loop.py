@@ -22,7 +22,7 @@ from hvdcls.backend import Backend, Context, Sums, add
 from hvdcls.config import Config
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.data.mixing import BatchMix
-from hvdcls.data.sharding import BalancedShards, TrainShards, eval_batches
+from hvdcls.data.sharding import BalancedShards, ElasticShards, TrainShards, eval_batches
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
 from hvdcls.observe.monitor import EpochRecord, LossReads, Monitor, RunInfo, StepSample
@@ -178,7 +178,8 @@ class Trainer:
     """One world's training: built per run (plain) or per elastic attempt (hvdcls.training.elastic).
 
     Public for the elastic driver: `begin`, `epoch_batches`, `run_steps`, `end_epoch`,
-    `evaluate`, `save`, and the attributes `ctx`, `outputs`, `shards`."""
+    `evaluate`, `save`, and the attributes `ctx`, `outputs`, `shards`, `elastic_shards`,
+    `steps_per_epoch` and `lr_at`."""
 
     def __init__(self, config: Config, backend: Backend, ctx: Context, data: Data,
                  outputs: RunOutputs, monitor: Optional[Monitor] = None,
@@ -194,7 +195,16 @@ class Trainer:
         balancing = balance.settings(config, ctx.size, ctx.device.startswith("cuda"))
         shards = TrainShards if balancing.mode == "off" else BalancedShards
         self.shards = shards(len(data.train), ctx.size, ctx.rank, config.training.batch_size,
-                             self.passes, config.training.seed)
+                             self.passes, config.training.seed)  # a plain run's batches
+        # An elastic attempt's batches come from ElasticShards (hvdcls.training.elastic): no
+        # wrap-around padding, so an epoch may have fewer steps (959 images, 3 ranks, batch 32:
+        # 9, not 10). The count of the shards the batches come from is `steps_per_epoch`, the
+        # one the schedule, the EMA cadence, the progress and the checkpoints' step all use,
+        # so the schedule ends on the last step either way.
+        self.elastic_shards = (ElasticShards(len(data.train), ctx.size, ctx.rank, config.training.batch_size,
+                                             self.passes, config.training.seed)
+                               if config.training.elastic else None)
+        self.steps_per_epoch = (self.elastic_shards or self.shards).steps_per_epoch
         # training.balance: the plan in force, re-planned from measured compute when dynamic
         self.rebalancer = (None if balancing.mode == "off"
                            else balance.Rebalancer(balancing, ctx.size, ctx.rank, start_step))
@@ -204,7 +214,7 @@ class Trainer:
         self.step_origin = 0
         self.lr_at = schedule.build(config.optimizer, config.schedule, world_size=ctx.size,
                                     backward_passes=self.passes,
-                                    steps_per_epoch=self.shards.steps_per_epoch,
+                                    steps_per_epoch=self.steps_per_epoch,
                                     epochs=config.training.epochs,
                                     batch_size=config.training.batch_size)
         self.preprocess = Preprocess(config.data, config.training.seed, data.augment.get("preset"))
@@ -223,7 +233,7 @@ class Trainer:
         self.outputs.start(history)
         self.monitor.start(RunInfo(self.ctx.backend, self.config.model.name, self.data.name,
                                    self.ctx.size, self.config.training.epochs,
-                                   self.shards.steps_per_epoch, start_epoch, hosts))
+                                   self.steps_per_epoch, start_epoch, hosts))
         if self.rebalancer is not None:  # resume too: a new run plans afresh
             plan = self.rebalancer.plan
             self.monitor.note(balance.describe(plan, self.ctx.size))
@@ -237,14 +247,14 @@ class Trainer:
         for epoch in range(start_epoch, self.config.training.epochs):
             started = time.perf_counter()
             train, train_seconds, lr, times = self.train_epoch(epoch)
-            self.end_epoch(epoch, train, lr, train_seconds, times, self.shards.steps_per_epoch,
+            self.end_epoch(epoch, train, lr, train_seconds, times, self.steps_per_epoch,
                            started)
         return self.outputs.history
 
     def train_epoch(self, epoch: int) -> tuple[Reduced, float, float, EpochTimes]:
         """One pass over this rank's shard; returns (reduced metrics, seconds, last lr, times)."""
         self.backend.seed(epoch_seed(self.config.training.seed, epoch, self.ctx.rank))
-        steps = self.shards.steps_per_epoch
+        steps = self.steps_per_epoch
         times = EpochTimes(sent_before=sent_bytes(self.backend))
 
         def lr_at(i: int) -> float:
@@ -267,7 +277,7 @@ class Trainer:
         new plan changes what every later step reads (at a step boundary, on every rank)."""
         assert isinstance(self.shards, BalancedShards) and self.rebalancer is not None
         tally, step = Tally(), 0
-        while step < self.shards.steps_per_epoch:
+        while step < self.steps_per_epoch:
             indices = self.shards.balanced_batches(epoch, self.rebalancer.plan.batches, step)
             segment = self.run_steps(epoch, self.epoch_batches(epoch, indices), step,
                                      shifted(lr_at, step), times)
@@ -324,7 +334,7 @@ class Trainer:
             lr = lr_at(i)
             timed = self.timed_step(epoch, step, micro, lr, loader.take(), loss_reads)
             tally.add(timed.sums, lr)
-            if self.ema and self.ema.due(epoch * self.shards.steps_per_epoch + step):
+            if self.ema and self.ema.due(epoch * self.steps_per_epoch + step):
                 self.backend.ema_update(self.ema.decay_at(epoch))
             times.add(timed.sample)
             self.monitor.step(timed.sample)
@@ -347,7 +357,7 @@ class Trainer:
         if self.profiler:
             self.profiler.after_step(epoch, step)
         loss = None
-        if loss_reads.due(step, self.shards.steps_per_epoch, time.perf_counter()):
+        if loss_reads.due(step, self.steps_per_epoch, time.perf_counter()):
             loss = float(sums.loss) / float(sums.count)  # waits for the device: not every step
         sample = StepSample(epoch, step, self.images_per_step, seconds, data_wait,
                             self.backend.allreduce_wait_seconds(), lr, loss)
@@ -396,7 +406,7 @@ class Trainer:
         if not wanted or not self.ctx.is_main:
             return None
         return StepProfiler(self.backend.profiler, self.outputs.run_dir, start_epoch,
-                            self.shards.steps_per_epoch, wanted, self.monitor.note)
+                            self.steps_per_epoch, wanted, self.monitor.note)
 
     def save(self, epochs_done: int) -> None:
         self.phases.enter(CHECKPOINTING)
@@ -406,7 +416,7 @@ class Trainer:
             return
         history = self.outputs.history
         state = {"backend": self.ctx.backend, "epoch": epochs_done,
-                 "global_step": epochs_done * self.shards.steps_per_epoch,
+                 "global_step": epochs_done * self.steps_per_epoch,
                  "world_size": self.ctx.size, "seed": self.config.training.seed,
                  "best_val_accuracy": max(r.val_accuracy for r in history),
                  "history": [r.as_dict() for r in history]}

@@ -101,6 +101,21 @@ def test_bad_train_input_is_one_line_exit_2(args, names):
     assert len(lines) == 1 and names in lines[0] and "Traceback" not in result.stderr
 
 
+def test_unknown_optimizer_is_one_line_exit_2_naming_the_choices():
+    result = run_cli("train", "optimizer.name=rmsprop")
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "optimizer.name='rmsprop'" in line and "sgd, adam, adamw, lars, lamb" in line, line
+
+
+@pytest.mark.parametrize("override", ["optimizer.trust_coefficient=0", "optimizer.trust_coefficient=-0.001"])
+def test_a_trust_coefficient_must_be_positive(override):
+    result = run_cli("train", "optimizer.name=lars", override)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "optimizer.trust_coefficient" in line and "must be > 0" in line, line
+
+
 def test_empty_class_directory_is_one_line_exit_2(tmp_path):
     from PIL import Image
 

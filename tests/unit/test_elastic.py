@@ -59,21 +59,80 @@ def test_recoveries_count_lost_steps_and_the_gap(monkeypatch):
     assert (summary["steps_run"], summary["steps_kept"], summary["steps_lost"]) == (3, 2, 1)
 
 
+def elastic_trainer(config, world: int, num_samples: int, rank: int = 0, backend=None):
+    """An elastic attempt's Trainer for rank `rank` of `world`, over `num_samples` fake samples
+    whose loader hands the backend the indices."""
+    from hvdcls.training.loop import Trainer
+    from hvdcls.training.outputs import RunOutputs
+
+    data = SimpleNamespace(train=list(range(num_samples)), val=[], name="fake", num_classes=10,
+                           augment={"preset": "none"})
+    ctx = Context("torch", rank, world, rank, world, "gloo", "cpu", 1)
+    trainer = Trainer(config, backend or HalfSpeedLastRank(world), ctx, data,
+                      RunOutputs("unused", enabled=False), Monitor([]))
+    trainer.epoch_batches = lambda epoch, indices: indices
+    return trainer
+
+
 def test_learning_rate_follows_the_world_size_at_the_same_point_of_the_run():
     """Half the epoch done by 2 workers, then 1 takes over: the schedule stands at the same
     fraction of the run, and the linearly scaled peak halves."""
     from hvdcls import config as cfg
-    from hvdcls.data.sharding import ElasticShards
 
-    config = cfg.load(overrides=["schedule.warmup_epochs=0", "training.epochs=4"])
-    two, one = (ElasticShards(1280, world, 0, 32) for world in (2, 1))
+    config = cfg.load(overrides=["schedule.warmup_epochs=0", "training.epochs=4", "training.elastic=true"])
+    two, one = (elastic_trainer(config, world, 1280) for world in (2, 1))
     consumed = 640
-    at_two = elastic.schedule_position(1, consumed, two)
-    at_one = elastic.schedule_position(1, consumed, one)
+    at_two = elastic.schedule_position(1, consumed, two.elastic_shards)
+    at_one = elastic.schedule_position(1, consumed, one.elastic_shards)
     assert at_two / (4 * two.steps_per_epoch) == at_one / (4 * one.steps_per_epoch) == 1.5 / 4
-    lr_two = elastic.world_schedule(config, two)(at_two)
-    lr_one = elastic.world_schedule(config, one)(at_one)
+    lr_two, lr_one = two.lr_at(at_two), one.lr_at(at_one)
     assert lr_one == pytest.approx(lr_two / 2) and lr_one > 0
+
+
+class Positions:
+    """The schedule, noting every step position it is asked for."""
+
+    def __init__(self, lr_at):
+        self.lr_at, self.asked = lr_at, []
+
+    def __call__(self, position):
+        self.asked.append(position)
+        return self.lr_at(position)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("num_samples, batch, passes", [(959, 32, 1), (1000, 32, 1), (1437, 16, 2),
+                                                        (97, 8, 1), (200, 7, 3), (64, 16, 1)])
+def test_an_elastic_run_counts_the_steps_its_batches_give(world, num_samples, batch, passes):
+    """Schedule, EMA cadence, progress and checkpoint step all count by the trainer's
+    steps_per_epoch; in elastic runs it is the ElasticShards' count, the batches actually
+    read (no wrap-around padding), so the schedule is asked for steps 0 .. total - 1 exactly
+    and ends on the run's last step."""
+    from hvdcls import config as cfg
+    from hvdcls.data.sharding import ElasticShards, TrainShards
+
+    config = cfg.load(overrides=["training.elastic=true", "training.epochs=2", f"training.batch_size={batch}",
+                                 f"horovod.backward_passes_per_step={passes}", "training.commit_every=4"])
+    if num_samples // (world * batch * passes) < 1:
+        with pytest.raises(UserError, match="too few for one step"):
+            elastic_trainer(config, world, num_samples)
+        return
+    trainer = elastic_trainer(config, world, num_samples)
+    shards = ElasticShards(num_samples, world, 0, batch, passes, config.training.seed)
+    assert trainer.steps_per_epoch == shards.steps_per_epoch == len(shards.batches(0, 0)) // passes
+    assert trainer.lr_at.steps_per_epoch == trainer.steps_per_epoch
+    if (num_samples, world, batch) == (959, 3, 32):  # the padded count would be one more
+        assert (trainer.steps_per_epoch, TrainShards(959, 3, 0, 32).steps_per_epoch) == (9, 10)
+    trainer.lr_at = Positions(trainer.lr_at)
+    state = FakeState()
+    driver = elastic.ElasticTrainer(config, trainer.backend, trainer.data, None, Monitor([]), watchdog=None)
+    for epoch in range(config.training.epochs):
+        state.epoch, state.consumed, state.epoch_steps = epoch, 0, 0
+        driver.train_rest_of_epoch(state, trainer)
+        assert state.epoch_steps == trainer.steps_per_epoch
+    total = trainer.lr_at.lr_at.total_steps
+    assert trainer.lr_at.asked == list(range(total)) and state.global_step == total
+    assert len(trainer.backend.read) == total
 
 
 class FakeState:
@@ -199,7 +258,7 @@ def test_balanced_elastic_attempt_replans_for_its_world_and_reads_the_rest_of_th
     from hvdcls.training.loop import Trainer
     from hvdcls.training.outputs import RunOutputs
 
-    config = cfg.load(overrides=["training.balance=dynamic", "training.batch_size=8",
+    config = cfg.load(overrides=["training.elastic=true", "training.balance=dynamic", "training.batch_size=8",
                                  "training.balancing.every=2", "training.commit_every=3"])
     data = SimpleNamespace(train=list(range(200)), val=[], name="fake", num_classes=10,
                            augment={"preset": "none"})

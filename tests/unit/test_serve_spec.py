@@ -28,7 +28,7 @@ def test_a_spec_is_validated_by_the_train_config_code(tmp_path):
     for settings, overrides, words in (
             ({"training": {"epohcs": 3}}, [], "training.epohcs"),
             ({}, ["training.batch_size=0"], "training.batch_size=0: must be > 0"),
-            ({"optimizer": {"name": "lamb"}}, [], "optimizer.name='lamb': choose one of sgd"),
+            ({"optimizer": {"name": "rmsprop"}}, [], "optimizer.name='rmsprop': choose one of sgd"),
             ({"training": 3}, [], "training: is a section")):
         with pytest.raises(UserError, match=words.replace("(", r"\(")):
             resolve(JobSpec(np=1, settings=settings, overrides=overrides), [])

@@ -189,6 +189,12 @@ def test_elastic_steps_per_epoch_drop_no_padding():
     assert ElasticShards(1437, 2, 0, 32).remaining_steps(64 * 20) == 2
 
 
+def test_an_elastic_world_that_cannot_fill_one_step_is_one_line():
+    assert TrainShards(63, 2, 0, 32).steps_per_epoch == 1  # padded to 64
+    with pytest.raises(UserError, match="63 training samples are too few for one step of 64"):
+        ElasticShards(63, 2, 0, 32)  # 63 // 64: no step, and no schedule to follow
+
+
 def random_plan(rng: np.random.Generator, world: int, batch: int) -> tuple:
     """Per-rank sizes >= 1 summing to batch x world (training.balance's plans)."""
     cuts = np.sort(rng.choice(np.arange(1, batch * world), size=world - 1, replace=False))
