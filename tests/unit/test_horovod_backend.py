@@ -75,7 +75,7 @@ def config(**training) -> cfg.Config:
 
 def test_a_framework_backend_implements_the_framework_part_only():
     assert set(HorovodBackend.__abstractmethods__) == FRAMEWORK_PART
-    assert len(FRAMEWORK_PART) <= 14
+    assert len(FRAMEWORK_PART) <= 15  # memory (issue 28) made it 15
 
 
 def test_the_core_can_still_call_every_method_it_calls():
