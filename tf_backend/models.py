@@ -9,7 +9,7 @@ import inspect
 import keras
 
 from hvdcls.errors import UserError
-from hvdcls.models import BN_EPSILON, BN_MOMENTUM, COMPACT_CNN, COMPACT_CNN_LAYERS, Conv, normalise_name, vit_spec
+from hvdcls.models import BN_EPSILON, BN_MOMENTUM, COMPACT_CNN, COMPACT_CNN_LAYERS, VIT, Conv, normalise_name, vit_spec
 from tf_backend.vit import vision_transformer
 
 
@@ -55,8 +55,8 @@ def build_model(name: str, num_classes: int, image_size: int,
         return vision_transformer(vit, num_classes, image_size, patch_size, name=normalise_name(name))
     known = application_names()
     if normalise_name(name) not in known:
-        raise UserError(f"unknown model {name!r} for the tensorflow backend: use {COMPACT_CNN} or a "
-                        f"keras.applications model (e.g. resnet50, mobilenet_v2, efficientnet_b0)")
+        raise UserError(f"unknown model {name!r} for the tensorflow backend: use {COMPACT_CNN}, a ViT "
+                        f"({', '.join(VIT)}) or a keras.applications model (e.g. resnet50, mobilenet_v2)")
     build = getattr(keras.applications, known[normalise_name(name)])
     options = {"weights": None, "input_shape": (image_size, image_size, 3), "classes": num_classes,
                "classifier_activation": None}  # logits, like torchvision's models

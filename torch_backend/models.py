@@ -10,7 +10,7 @@ import torchvision
 from torch import nn
 
 from hvdcls.errors import UserError
-from hvdcls.models import BN_EPSILON, BN_MOMENTUM, COMPACT_CNN, COMPACT_CNN_LAYERS, Conv, normalise_name, vit_spec
+from hvdcls.models import BN_EPSILON, BN_MOMENTUM, COMPACT_CNN, COMPACT_CNN_LAYERS, VIT, Conv, normalise_name, vit_spec
 from torch_backend.vit import vision_transformer
 
 
@@ -48,8 +48,8 @@ def build_model(name: str, num_classes: int, image_size: int = 224,
         return vision_transformer(vit, num_classes, image_size, patch_size)
     known = torchvision_names()
     if normalise_name(name) not in known:
-        raise UserError(f"unknown model {name!r} for the torch backend: use {COMPACT_CNN} or a "
-                        f"torchvision classification model (e.g. resnet18, resnet50, mobilenet_v3_small)")
+        raise UserError(f"unknown model {name!r} for the torch backend: use {COMPACT_CNN}, a ViT "
+                        f"({', '.join(VIT)}) or a torchvision classification model (e.g. resnet18, resnet50)")
     return torchvision.models.get_model(known[normalise_name(name)], weights=None,
                                         num_classes=num_classes)
 
