@@ -3,9 +3,11 @@ hvdcls.models (so against torchvision's, tests/torch_backend/test_vit.py), and a
 checkpointing leaving one step's gradients as they were.
 
 Mirror: tests/torch_backend/test_vit.py (same cases; torch alone checks the table against
-torchvision's builders, and checkpoints ResNet stages, which TensorFlow refuses).
+torchvision's builders, and checkpoints ResNet stages, which TensorFlow refuses). One case is
+here alone, needing both frameworks: torchvision's weights, loaded into our ViT, give its logits.
 """
 import os
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -95,3 +97,62 @@ def test_a_vit_survives_keras_clone_model():
     """horovod.sync_bn rebuilds the model with clone_model: the ViT's own layers come back."""
     clone = keras.models.clone_model(tiny_vit())
     assert models.count_parameters(clone) == spec.vit_parameters(TINY, CLASSES, 8, TINY.patch_size)
+
+
+# torch's tiny ViT, in its own process (horovod.tensorflow and torch in one process do not
+# mix, tests/tf_backend/test_batches.py): its state dict and its logits on fixed images.
+TORCH_SIDE = """
+import sys, numpy as np, torch
+from hvdcls.models import ViT
+from torch_backend.vit import vision_transformer
+torch.manual_seed(0)
+model = vision_transformer(ViT(*map(int, sys.argv[2:7])), 5, 8).eval()
+for p in model.parameters():
+    torch.nn.init.normal_(p, std=0.3)  # every tensor away from its init: a mapping slip shows
+images = np.random.default_rng(0).standard_normal((3, 8, 8, 3)).astype(np.float32)
+with torch.no_grad():
+    logits = model(torch.from_numpy(images).permute(0, 3, 1, 2)).numpy()
+np.savez(sys.argv[1], images=images, logits=logits, **{k: v.numpy() for k, v in model.state_dict().items()})
+"""
+
+
+def load_torch_state(model, state, spec) -> None:
+    """torchvision's ViT tensors into ours: conv OIHW -> HWIO, Linear (out, in) -> (in, out),
+    and MultiheadAttention's one in_proj matrix split into Keras' per-head q, k, v kernels."""
+    h, heads = spec.hidden, spec.heads
+    per_head = (h, heads, h // heads)
+    model.get_layer("conv_proj").set_weights([state["conv_proj.weight"].transpose(2, 3, 1, 0), state["conv_proj.bias"]])
+    model.get_layer("tokens").set_weights([state["class_token"], state["encoder.pos_embedding"]])
+    for i in range(spec.layers):
+        block, prefix = model.get_layer(f"encoder_layer_{i}"), f"encoder.layers.encoder_layer_{i}."
+        for norm in ("ln_1", "ln_2"):
+            getattr(block, norm).set_weights([state[prefix + norm + ".weight"], state[prefix + norm + ".bias"]])
+        weight, bias = state[prefix + "self_attention.in_proj_weight"], state[prefix + "self_attention.in_proj_bias"]
+        attention = block.attention
+        for j, dense in enumerate((attention._query_dense, attention._key_dense, attention._value_dense)):
+            rows = slice(j * h, (j + 1) * h)
+            dense.set_weights([weight[rows].T.reshape(per_head), bias[rows].reshape(per_head[1:])])
+        attention._output_dense.set_weights([state[prefix + "self_attention.out_proj.weight"].T.reshape(
+            heads, h // heads, h), state[prefix + "self_attention.out_proj.bias"]])
+        block.mlp_1.set_weights([state[prefix + "mlp.0.weight"].T, state[prefix + "mlp.0.bias"]])
+        block.mlp_2.set_weights([state[prefix + "mlp.3.weight"].T, state[prefix + "mlp.3.bias"]])
+    model.get_layer("ln").set_weights([state["encoder.ln.weight"], state["encoder.ln.bias"]])
+    model.get_layer("head").set_weights([state["heads.head.weight"].T, state["heads.head.bias"]])
+
+
+def test_with_torchvisions_weights_it_computes_torchvisions_logits(tmp_path):
+    """The same architecture, not only the same count: torchvision's ViT's tensors, loaded
+    here, give its logits (to float32 rounding)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "torch_vit.npz"
+    sizes = [TINY.patch_size, TINY.hidden, TINY.layers, TINY.heads, TINY.mlp]
+    subprocess.run([sys.executable, "-c", TORCH_SIDE, str(out), *map(str, sizes)], check=True, timeout=120,
+                   cwd=Path(__file__).resolve().parents[2])  # the repository: its packages importable
+    with np.load(out) as stored:
+        state = dict(stored)
+    model = models.vision_transformer(TINY, 5, 8)
+    load_torch_state(model, state, TINY)
+    logits = keras.ops.convert_to_numpy(model(state["images"], training=False))
+    np.testing.assert_allclose(logits, state["logits"], rtol=0, atol=1e-5)
