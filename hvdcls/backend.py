@@ -132,6 +132,14 @@ class Backend(abc.ABC):
         """Model state (trained weights and buffers) as numpy arrays, by name."""
 
     @abc.abstractmethod
+    def memory(self) -> dict[str, int]:
+        """This rank's bytes in tensors, counted from them (numel x element size):
+        `param_bytes` (trainable parameters), `grad_bytes` (their gradients) and
+        `optimizer_state_bytes` (the per-parameter state: momentum buffers, Adam's moments;
+        0-d bookkeeping such as step counters, the learning rate or the loss scale is left
+        out). hvdcls.training.memory adds the process's peak RSS for summary.json."""
+
+    @abc.abstractmethod
     def elastic_state(self, progress: dict) -> Any:
         """A Horovod elastic State holding the model, the optimizer and `progress` (picklable
         values, read and set as attributes): saved by commit(), put back on a worker failure,

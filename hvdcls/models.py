@@ -1,13 +1,19 @@
-"""Model names and the one architecture both backends build layer for layer.
+"""Model names and the architectures both backends build layer for layer.
 
 `compact_cnn` is described here, framework-free, and each backend's `models.py` turns the
 same description into layers with the same shapes, initialisers and batch-norm settings, so
 the two frameworks can be compared like for like. It suits small images (8x8 and up): two
 3x3 conv blocks per stage, two 2x pooling stages, global average pooling, one linear head.
+
+The vision transformers' sizes (`VIT`) are here too: torch builds torchvision's
+VisionTransformer from them, TensorFlow its own ViT (tf_backend/vit.py), so the two agree.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
+
+from hvdcls.errors import UserError
 
 COMPACT_CNN = "compact_cnn"
 
@@ -43,3 +49,46 @@ def compact_cnn_parameters(num_classes: int, channels: int = 3) -> int:
             total += 3 * 3 * channels * layer.filters + 2 * layer.filters
             channels = layer.filters
     return total + channels * num_classes + num_classes
+
+
+@dataclass(frozen=True)
+class ViT:
+    """A vision transformer's sizes (Dosovitskiy et al.; torchvision's vit_* builders): a
+    patch-embedding conv, a class token, learned position embeddings, `layers` pre-norm
+    encoder blocks (multi-head self-attention, then an MLP with GELU), a final LayerNorm and
+    a linear head on the class token."""
+
+    patch_size: int  # the architecture's own; model.patch_size overrides it
+    hidden: int
+    layers: int
+    heads: int
+    mlp: int
+
+
+VIT = {"vit_b_16": ViT(16, 768, 12, 12, 3072), "vit_l_16": ViT(16, 1024, 24, 16, 4096),
+       "vit_h_14": ViT(14, 1280, 32, 16, 5120)}
+VIT_LN_EPSILON = 1e-6  # torchvision's, in every LayerNorm of its ViT
+
+
+def vit_spec(name: str) -> Optional[ViT]:
+    """The sizes of a ViT named in VIT (any spelling normalise_name accepts), else None."""
+    return {normalise_name(k): v for k, v in VIT.items()}.get(normalise_name(name))
+
+
+def vit_patches(image_size: int, patch_size: int) -> int:
+    """Patches per image; an image the patches do not tile is a one-line UserError."""
+    if image_size % patch_size:
+        raise UserError(f"config data.image_size={image_size} is not a multiple of the ViT's patch "
+                        f"size {patch_size}: change one (model.patch_size sets the patch)")
+    return (image_size // patch_size) ** 2
+
+
+def vit_parameters(spec: ViT, num_classes: int, image_size: int, patch_size: int,
+                   channels: int = 3) -> int:
+    """Trainable parameters of a ViT, counted from its sizes: both backends' tests hold their
+    models to this number (so to each other's)."""
+    h = spec.hidden
+    embed = channels * patch_size * patch_size * h + h  # the patch conv, with bias
+    tokens = h + (vit_patches(image_size, patch_size) + 1) * h  # class token, positions
+    block = 2 * (2 * h) + (4 * h * h + 4 * h) + (h * spec.mlp + spec.mlp) + (spec.mlp * h + h)
+    return embed + tokens + spec.layers * block + 2 * h + h * num_classes + num_classes

@@ -42,7 +42,7 @@ from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches
 from hvdcls.errors import UserError
 from hvdcls.horovod_backend import HorovodBackend
-from tf_backend import compiled, data, elastic, models, optimizers, sync_bn
+from tf_backend import compiled, data, elastic, models, optimizers, recompute, sync_bn
 from tf_backend.compression import PowerSGDReducer
 
 CHECKPOINT_FILE = "tensorflow.npz"
@@ -54,6 +54,10 @@ L2_ON_GRADIENT = ("sgd", "adam")
 def tf_variables(variables) -> list[tf.Variable]:
     """Keras 3 variables -> the tf.Variables Horovod can broadcast and differentiate."""
     return [v.value for v in variables]
+
+
+def variable_bytes(variables) -> int:
+    return sum(int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size for v in variables)
 
 
 def make_optimizer(config: Config) -> keras.optimizers.Optimizer:
@@ -118,9 +122,12 @@ class TensorFlowBackend(HorovodBackend):
             raise UserError("training.grad_clip_norm with float16 mixed precision is not supported "
                             "by the tensorflow backend: use training.amp_dtype=bfloat16")
         # training.channels_last: nothing to do, Keras convolutions are NHWC (channels last) already.
-        self.model = models.build_model(config.model.name, num_classes, config.data.image_size)
+        self.model = models.build_model(config.model.name, num_classes, config.data.image_size,
+                                        config.model.patch_size)
         if hv.sync_bn:
             self.model = sync_bn.convert_sync_batchnorm(self.model)  # Horovod: global BN stats
+        if training.activation_checkpointing:  # on the final layers, before the step is traced
+            recompute.enable(self.model, config.model.name)
         optimizer = make_optimizer(config)
         self.optimizer = keras.optimizers.LossScaleOptimizer(optimizer) if self.loss_scaled else optimizer
         self.optimizer.build(self.model.trainable_variables)  # slots exist before any broadcast
@@ -411,6 +418,14 @@ class TensorFlowBackend(HorovodBackend):
 
     def weights(self) -> dict[str, np.ndarray]:
         return {v.path: np.asarray(v.numpy(), np.float32) for v in self.model.variables}
+
+    def memory(self) -> dict[str, int]:
+        # Gradients live only inside the compiled step, one per trained variable, of its shape
+        # and dtype: counted from the variables. The optimizer's per-variable slots (momentum,
+        # Adam's moments), not its 0-d iteration count, learning rate or loss scale.
+        trained = self.model.trainable_variables
+        return {"param_bytes": variable_bytes(trained), "grad_bytes": variable_bytes(trained),
+                "optimizer_state_bytes": variable_bytes(v for v in self.optimizer.variables if len(v.shape))}
 
     def elastic_state(self, progress: dict):
         variables = tf_variables(self.model.variables) + tf_variables(self.optimizer.variables)

@@ -1,5 +1,6 @@
-"""Models for the TensorFlow backend: compact_cnn (see hvdcls/models.py) or keras.applications
-by name. Mirror: torch_backend/models.py.
+"""Models for the TensorFlow backend: compact_cnn (see hvdcls/models.py), the ViTs of
+hvdcls.models.VIT (tf_backend/vit.py), or keras.applications by name.
+Mirror: torch_backend/models.py.
 """
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import inspect
 import keras
 
 from hvdcls.errors import UserError
-from hvdcls.models import BN_EPSILON, BN_MOMENTUM, COMPACT_CNN, COMPACT_CNN_LAYERS, Conv, normalise_name
+from hvdcls.models import BN_EPSILON, BN_MOMENTUM, COMPACT_CNN, COMPACT_CNN_LAYERS, VIT, Conv, normalise_name, vit_spec
+from tf_backend.vit import vision_transformer
 
 
 def he_normal_fan_out() -> keras.initializers.Initializer:
@@ -42,14 +44,19 @@ def application_names() -> dict[str, str]:
             if n[0].isupper() and callable(getattr(keras.applications, n))}
 
 
-def build_model(name: str, num_classes: int, image_size: int) -> keras.Model:
-    """An untrained model; an unknown name is a one-line UserError listing examples."""
+def build_model(name: str, num_classes: int, image_size: int,
+                patch_size: int | None = None) -> keras.Model:
+    """An untrained model; an unknown name is a one-line UserError listing examples.
+    `patch_size` matters to the ViTs only."""
     if normalise_name(name) == normalise_name(COMPACT_CNN):
         return compact_cnn(num_classes, image_size)
+    vit = vit_spec(name)
+    if vit is not None:
+        return vision_transformer(vit, num_classes, image_size, patch_size, name=normalise_name(name))
     known = application_names()
     if normalise_name(name) not in known:
-        raise UserError(f"unknown model {name!r} for the tensorflow backend: use {COMPACT_CNN} or a "
-                        f"keras.applications model (e.g. resnet50, mobilenet_v2, efficientnet_b0)")
+        raise UserError(f"unknown model {name!r} for the tensorflow backend: use {COMPACT_CNN}, a ViT "
+                        f"({', '.join(VIT)}) or a keras.applications model (e.g. resnet50, mobilenet_v2)")
     build = getattr(keras.applications, known[normalise_name(name)])
     options = {"weights": None, "input_shape": (image_size, image_size, 3), "classes": num_classes,
                "classifier_activation": None}  # logits, like torchvision's models

@@ -24,7 +24,7 @@ from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.errors import UserError
 from hvdcls.horovod_backend import HorovodBackend
-from torch_backend import compiled, data, elastic, models, optimizers
+from torch_backend import compiled, data, elastic, models, optimizers, recompute
 from torch_backend.compression import PowerSGDReducer
 from torch_backend.sync_bn import SyncBatchNorm
 
@@ -44,6 +44,10 @@ def make_optimizer(params, config: Config) -> torch.optim.Optimizer:
     if opt.name == "lamb":
         return optimizers.LAMB(params, lr=lr, weight_decay=opt.weight_decay)
     return torch.optim.AdamW(params, lr=lr, weight_decay=opt.weight_decay)
+
+
+def tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def dominant(labels: torch.Tensor) -> torch.Tensor:
@@ -88,7 +92,10 @@ class TorchBackend(HorovodBackend):
     def build(self, config: Config, num_classes: int) -> dict:
         hv = config.horovod
         compiled.refuse_what_breaks(config)  # training.compile: one line, nothing built
-        model = models.build_model(config.model.name, num_classes)
+        model = models.build_model(config.model.name, num_classes, config.data.image_size,
+                                   config.model.patch_size)
+        if config.training.activation_checkpointing:
+            model = recompute.enable(model, config.model.name)
         if hv.sync_bn:
             model = models.convert_sync_batchnorm(model, SyncBatchNorm)  # Horovod: global BN stats
         self.model = model.to(self.device)
@@ -300,6 +307,15 @@ class TorchBackend(HorovodBackend):
 
     def weights(self) -> dict[str, np.ndarray]:
         return {name: t.detach().cpu().float().numpy() for name, t in self.model.state_dict().items()}
+
+    def memory(self) -> dict[str, int]:
+        # Gradients as they are held now: after a step, every trained parameter's (the next
+        # step's zero_grad frees them); the state as the optimizer keeps it, per parameter.
+        state = [t for per_param in self.optimizer.state.values() for t in per_param.values()
+                 if torch.is_tensor(t) and t.ndim > 0]  # not Adam's 0-d step counts
+        return {"param_bytes": tensor_bytes(self.params),
+                "grad_bytes": tensor_bytes(p.grad for p in self.params if p.grad is not None),
+                "optimizer_state_bytes": tensor_bytes(state)}
 
     def elastic_state(self, progress: dict):
         return elastic.make_state(self.model, self.optimizer, progress)

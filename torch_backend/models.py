@@ -1,4 +1,5 @@
-"""Models for the PyTorch backend: compact_cnn (see hvdcls/models.py) or torchvision by name.
+"""Models for the PyTorch backend: compact_cnn (see hvdcls/models.py), the ViTs of
+hvdcls.models.VIT (torch_backend/vit.py), or torchvision by name.
 
 Mirror: tf_backend/models.py.
 """
@@ -9,7 +10,8 @@ import torchvision
 from torch import nn
 
 from hvdcls.errors import UserError
-from hvdcls.models import BN_EPSILON, BN_MOMENTUM, COMPACT_CNN, COMPACT_CNN_LAYERS, Conv, normalise_name
+from hvdcls.models import BN_EPSILON, BN_MOMENTUM, COMPACT_CNN, COMPACT_CNN_LAYERS, VIT, Conv, normalise_name, vit_spec
+from torch_backend.vit import vision_transformer
 
 
 def compact_cnn(num_classes: int) -> nn.Module:
@@ -35,14 +37,19 @@ def torchvision_names() -> dict[str, str]:
     return {normalise_name(n): n for n in torchvision.models.list_models(module=torchvision.models)}
 
 
-def build_model(name: str, num_classes: int) -> nn.Module:
-    """An untrained model; an unknown name is a one-line UserError listing examples."""
+def build_model(name: str, num_classes: int, image_size: int = 224,
+                patch_size: int | None = None) -> nn.Module:
+    """An untrained model; an unknown name is a one-line UserError listing examples. The image
+    size matters to the ViTs only (their position embeddings), as does `patch_size`."""
     if normalise_name(name) == normalise_name(COMPACT_CNN):
         return compact_cnn(num_classes)
+    vit = vit_spec(name)
+    if vit is not None:
+        return vision_transformer(vit, num_classes, image_size, patch_size)
     known = torchvision_names()
     if normalise_name(name) not in known:
-        raise UserError(f"unknown model {name!r} for the torch backend: use {COMPACT_CNN} or a "
-                        f"torchvision classification model (e.g. resnet18, resnet50, mobilenet_v3_small)")
+        raise UserError(f"unknown model {name!r} for the torch backend: use {COMPACT_CNN}, a ViT "
+                        f"({', '.join(VIT)}) or a torchvision classification model (e.g. resnet18, resnet50)")
     return torchvision.models.get_model(known[normalise_name(name)], weights=None,
                                         num_classes=num_classes)
 

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from hvdcls.config.schema import Config, DataConfig, HorovodConfig, ScheduleConfig, TrainingConfig
 from hvdcls.errors import UserError
+from hvdcls.models import vit_patches, vit_spec
 
 
 def _choices(cls: type, prefix: str = "") -> dict[str, tuple[str, ...]]:
@@ -34,7 +35,7 @@ NON_NEGATIVE = ("data.workers", "optimizer.lr", "optimizer.momentum", "optimizer
                 "output.metrics_linger_seconds", "horovod.stall_check_seconds",
                 "horovod.stall_shutdown_seconds", "horovod.powersgd.start_iter")
 OPTIONAL_NON_NEGATIVE = ("schedule.warmup_epochs",)
-OPTIONAL_POSITIVE = ("model.num_classes", "training.grad_clip_norm", "training.threads",
+OPTIONAL_POSITIVE = ("model.num_classes", "model.patch_size", "training.grad_clip_norm", "training.threads",
                      "horovod.fusion_threshold_mb", "horovod.cycle_time_ms",
                      "training.balancing.max_batch", "training.balancing.quantum")
 
@@ -64,6 +65,7 @@ def validate(config: Config) -> None:
         if value is not None:
             _check(key, value, lambda v: v >= 0, "must be >= 0 (or null)")
     _validate_data(config.data)
+    _validate_vit(config)
     _validate_stall(config.horovod)
     _validate_schedule(config.schedule, config.training.epochs)
     _validate_balancing(config)
@@ -90,9 +92,23 @@ def validate(config: Config) -> None:
         raise UserError("config horovod.compression=powersgd with training.elastic=true: the "
                         "PowerSGD state is not part of the elastic state yet; use one or the other")
     _validate_ema(config.training)
+    if config.training.activation_checkpointing and config.horovod.sync_bn:
+        # The recomputation would run synchronised batch norm's all-reduces a second time,
+        # inside the backward pass, beside the gradients' own.
+        raise UserError("config training.activation_checkpointing=true with horovod.sync_bn=true: "
+                        "the recomputed forward would repeat the batch-norm all-reduces; use one or the other")
     if not 0 <= config.training.label_smoothing < 1:
         raise UserError(f"config training.label_smoothing={config.training.label_smoothing}: "
                         "must be in [0, 1)")
+
+
+def _validate_vit(config: Config) -> None:
+    spec, patch = vit_spec(config.model.name), config.model.patch_size
+    if patch is not None and spec is None:
+        raise UserError(f"config model.patch_size={patch} is for the ViTs (vit_b_16, vit_l_16, "
+                        f"vit_h_14); model.name={config.model.name!r} has no patches")
+    if spec is not None:
+        vit_patches(config.data.image_size, patch or spec.patch_size)
 
 
 def _validate_ema(training: TrainingConfig) -> None:

@@ -17,8 +17,11 @@ IMAGENET_STD = [0.229, 0.224, 0.225]
 
 @dataclass
 class ModelConfig:
-    name: str = "compact_cnn"  # compact_cnn, a torchvision name, or a keras.applications name
+    name: str = "compact_cnn"  # compact_cnn, vit_b_16|vit_l_16|vit_h_14, a torchvision or keras.applications name
     num_classes: Optional[int] = None  # None: the number of classes the data has
+    # The ViTs' patch (hvdcls.models.VIT); None: the architecture's own (16, or 14 for vit_h_14).
+    # data.image_size must be a multiple of it: e.g. 32 px in patches of 8 for a CPU run.
+    patch_size: Optional[int] = None
 
 
 @dataclass
@@ -167,6 +170,9 @@ class TrainingConfig:
     ema_steps: int = 32  # optimizer steps between EMA updates
     # Per-rank batch sizes: off = equal; fixed = balancing.shares; dynamic = by measured speed.
     balance: Literal["off", "dynamic", "fixed"] = "off"
+    # Recompute activations in the backward pass instead of keeping them: per encoder block of
+    # the ViTs (both backends), per ResNet stage (torch); other models are refused.
+    activation_checkpointing: bool = False
     balancing: BalancingConfig = field(default_factory=BalancingConfig)
 
 

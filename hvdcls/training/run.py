@@ -28,7 +28,7 @@ from hvdcls.data import bad_files, datasets
 from hvdcls.data.sources import Data
 from hvdcls.errors import JobStopped, UserError
 from hvdcls.observe.monitor import EpochRecord, Monitor, Sink
-from hvdcls.training import balance, checkpoint, elastic, watchdog
+from hvdcls.training import balance, checkpoint, elastic, memory, watchdog
 from hvdcls.training.loop import Trainer
 from hvdcls.training.outputs import EVAL_FILE, RunOutputs, default_run_dir
 
@@ -166,6 +166,7 @@ def closing_summary(job: Job, ended: Ended, model_info: dict,
     summary["bad_files"] = bad_files.summarise(job.config.data.bad_files,
                                                backend.allgather_object(skipped, "bad_files"))
     summary["communication"] = backend.communication()
+    summary["memory"], summary["rank_memory"] = memory.summarise(backend)
     return with_rank_facts(summary, backend)
 
 

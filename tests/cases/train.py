@@ -101,6 +101,24 @@ def test_two_epochs_write_metrics_summary_config_and_checkpoint(backend, run):
     assert stray == []
 
 
+def test_the_summary_counts_this_ranks_memory(run):
+    """summary.json's `memory` (hvdcls.training.memory): compact_cnn's float32 parameters, a
+    gradient each, SGD's momentum buffer each (digits.yaml: momentum 0.9), the peak RSS."""
+    summary = read_json(run / "summary.json")
+    param_bytes = 4 * summary["model_info"]["parameters"]
+    mem = summary["memory"]
+    assert {k: mem[k] for k in ("param_bytes", "grad_bytes", "optimizer_state_bytes")} == {
+        "param_bytes": param_bytes, "grad_bytes": param_bytes, "optimizer_state_bytes": param_bytes}
+    assert mem["peak_rss_bytes"] > 50 * 2**20
+    assert summary["rank_memory"] == [mem]
+
+
+def test_checkpointing_a_model_it_cannot_serve_is_one_line_exit_2(backend, tmp_path):
+    line = one_line_user_error(hvdcls_train(tmp_path, backend, *ONE_EPOCH, "training.activation_checkpointing=true",
+                                            "--output-dir", tmp_path / "run"))
+    assert "activation_checkpointing" in line and "compact_cnn" in line
+
+
 def test_two_digits_epochs_learn_something(run):
     assert read_json(run / "summary.json")["val_accuracy"] > 0.5
 

@@ -355,3 +355,22 @@ def test_a_config_made_in_code_is_checked_too():
     made.horovod.op = "sum"
     with pytest.raises(UserError, match=r"^config horovod.op='sum': choose one of average, adasum$"):
         config.validate(made)
+
+
+# --- vision transformers and activation checkpointing (issue 28) ---------------------------------
+
+def test_vit_patch_size_defaults_to_the_architectures_and_checkpointing_is_off():
+    cfg = config.load(overrides=["model.name=vit_h_14", "data.image_size=224"])
+    assert cfg.model.patch_size is None and cfg.training.activation_checkpointing is False
+    assert config.load(overrides=["model.name=ViT_B_16", "data.image_size=32", "model.patch_size=8"]).model.patch_size == 8
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["model.patch_size=8"], "model.patch_size=8 is for the ViTs"),  # compact_cnn has no patches
+    (["model.name=vit_b_16", "data.image_size=32", "model.patch_size=0"], "model.patch_size=0: must be > 0"),
+    (["model.name=vit_b_16", "data.image_size=40"], "data.image_size=40 is not a multiple of the ViT's patch size 16"),
+    (["model.name=vit_h_14", "data.image_size=32"], "patch size 14"),
+    (["training.activation_checkpointing=true", "horovod.sync_bn=true"], "horovod.sync_bn=true"),
+])
+def test_vit_and_checkpointing_settings_it_cannot_serve(overrides, expected):
+    assert expected in user_error(overrides=overrides)

@@ -1,0 +1,10 @@
+"""torch's tensor bytes for summary.json: the cases of tests/cases/memory.py."""
+import pytest
+
+from tests.cases.memory import *  # noqa: F401,F403 (the shared cases, collected here)
+from tests.torch_backend.test_batches import TorchFramework
+
+
+@pytest.fixture(scope="module")
+def framework():
+    return TorchFramework()
