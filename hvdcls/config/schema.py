@@ -4,10 +4,11 @@ need more than a type in hvdcls.config.checks."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Literal, Optional
+from typing import List, Literal, Optional, Union
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "ModelConfig", "AugmentConfig", "SyntheticConfig",
-           "DataConfig", "OptimizerConfig", "REFERENCE_BATCH", "peak_lr", "worker_lr", "ScheduleConfig",
+           "DataConfig", "LRFindConfig", "OptimizerConfig", "AUTO_LR", "REFERENCE_BATCH", "peak_lr",
+           "lr_scale", "numeric_lr", "worker_lr", "ScheduleConfig",
            "BalancingConfig", "TrainingConfig", "PowerSGDConfig", "Compression", "HorovodConfig",
            "OutputConfig", "Config", "SECTIONS"]
 
@@ -70,16 +71,33 @@ class DataConfig:
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
 
+AUTO_LR = "auto"  # optimizer.lr=auto: the learning-rate range test picks the rate
+
+
+@dataclass
+class LRFindConfig:
+    """optimizer.lr=auto and `hvdcls lr-find`: the range test's sweep (hvdcls.training.lr_find).
+    The rates are the ones the steps run at (no scale_lr applied): the sweep measures them."""
+
+    steps: int = 100  # at most; it stops once the loss diverges
+    min_lr: float = 1e-5
+    max_lr: float = 10.0
+
+
 @dataclass
 class OptimizerConfig:
     name: Literal["sgd", "adam", "adamw"] = "sgd"
-    lr: float = 0.1  # per 256 images of the global batch; see scale_lr
+    # per 256 images of the global batch (see scale_lr); auto: the range test picks it (the
+    # default for a user's data, hvdcls.config.USER_DATA_DEFAULTS). An int or a number in a
+    # string is a number too (hvdcls.config.checks.lr_setting).
+    lr: Union[float, int, str] = 0.1
     # per256: lr x global batch / 256 (the linear-scaling rule of Goyal et al.: 0.1 per 256);
     # linear: lr is for one worker's batch, x world size x backward passes; none: as given.
     scale_lr: Literal["per256", "linear", "none"] = "per256"
     momentum: float = 0.9
     nesterov: bool = False
     weight_decay: float = 1e-4
+    lr_find: LRFindConfig = field(default_factory=LRFindConfig)
 
 
 REFERENCE_BATCH = 256  # optimizer.scale_lr=per256: lr is for this many images (Goyal et al.)
@@ -89,11 +107,23 @@ def peak_lr(optimizer: OptimizerConfig, world_size: int, backward_passes: int, b
     """optimizer.lr after optimizer.scale_lr, for `world_size` workers each running
     `backward_passes` batches of `batch_size` per step: the schedule's peak
     (hvdcls.training.schedule)."""
+    return numeric_lr(optimizer) * lr_scale(optimizer, world_size, backward_passes, batch_size)
+
+
+def lr_scale(optimizer: OptimizerConfig, world_size: int, backward_passes: int, batch_size: int) -> float:
+    """What optimizer.scale_lr multiplies optimizer.lr by to make the step's rate."""
     if optimizer.scale_lr == "per256":
-        return optimizer.lr * (batch_size * world_size * backward_passes / REFERENCE_BATCH)
+        return batch_size * world_size * backward_passes / REFERENCE_BATCH
     if optimizer.scale_lr == "linear":
-        return optimizer.lr * world_size * backward_passes
-    return optimizer.lr
+        return float(world_size * backward_passes)
+    return 1.0
+
+
+def numeric_lr(optimizer: OptimizerConfig) -> float:
+    """optimizer.lr as a number: `auto` must have been resolved (hvdcls.training.lr_sweep)."""
+    if isinstance(optimizer.lr, str):
+        raise ValueError(f"optimizer.lr={optimizer.lr!r} is not resolved to a number yet")
+    return float(optimizer.lr)
 
 
 def worker_lr(optimizer: OptimizerConfig, batch_size: int) -> float:
