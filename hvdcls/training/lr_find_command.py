@@ -26,7 +26,7 @@ from hvdcls.training.outputs import default_run_dir
 from hvdcls.training.run import bad_file_failures
 
 PLOT_FILE, JSON_FILE = "lr_find.png", "lr_find.json"
-TABLE_ROWS = 25  # about this many of the sweep's points in the printed table
+TABLE_ROWS = 20  # about this many of the sweep's points in the printed table
 
 
 def run(backend_name: str, config_file: Optional[Path], overrides: list[str], flags: dict) -> int:
