@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import List, Literal, Optional, Union
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "ModelConfig", "AugmentConfig", "SyntheticConfig",
-           "DataConfig", "LRFindConfig", "OptimizerConfig", "AUTO_LR", "REFERENCE_BATCH", "peak_lr",
+           "DataConfig", "LRFindConfig", "OptimizerConfig", "AUTO_LR", "DEFAULT_LR", "REFERENCE_BATCH", "peak_lr",
            "lr_scale", "numeric_lr", "worker_lr", "ScheduleConfig",
            "BalancingConfig", "TrainingConfig", "PowerSGDConfig", "Compression", "HorovodConfig",
            "OutputConfig", "Config", "SECTIONS"]
@@ -72,6 +72,7 @@ class DataConfig:
 
 
 AUTO_LR = "auto"  # optimizer.lr=auto: the learning-rate range test picks the rate
+DEFAULT_LR = 0.1  # per 256 images: Goyal et al.'s rule, the schema's default
 
 
 @dataclass
@@ -90,7 +91,7 @@ class OptimizerConfig:
     # per 256 images of the global batch (see scale_lr); auto: the range test picks it (the
     # default for a user's data, hvdcls.config.USER_DATA_DEFAULTS). An int or a number in a
     # string is a number too (hvdcls.config.checks.lr_setting).
-    lr: Union[float, int, str] = 0.1
+    lr: Union[float, int, str] = DEFAULT_LR
     # per256: lr x global batch / 256 (the linear-scaling rule of Goyal et al.: 0.1 per 256);
     # linear: lr is for one worker's batch, x world size x backward passes; none: as given.
     scale_lr: Literal["per256", "linear", "none"] = "per256"
@@ -131,7 +132,11 @@ def worker_lr(optimizer: OptimizerConfig, batch_size: int) -> float:
     backends build their optimizer with. torch's Horovod broadcast_optimizer_state takes one
     zero-gradient step at that rate (weight decay moves the weights and fills the momentum), so
     it stays what the rate meant before per256 (0.05 for the digits' 0.4 per 256, as it was;
-    REFERENCE_BATCH being a power of two, lr x (batch / 256) is the float lr x batch / 256 was)."""
+    REFERENCE_BATCH being a power of two, lr x (batch / 256) is the float lr x batch / 256 was).
+    optimizer.lr=auto, not yet resolved: DEFAULT_LR stands in (the range test sets every one of
+    its steps' rates, and training starts from the rate it found)."""
+    if optimizer.lr == AUTO_LR:
+        return DEFAULT_LR * lr_scale(optimizer, 1, 1, batch_size)
     return peak_lr(optimizer, 1, 1, batch_size)
 
 

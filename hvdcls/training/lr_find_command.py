@@ -40,7 +40,7 @@ def run(backend_name: str, config_file: Optional[Path], overrides: list[str], fl
     backend = registry.create_backend(backend_name)
     ctx = backend.init(config)
     backend.seed(config.training.seed)  # the initial weights a run with this seed starts from
-    backend.build(lr_sweep.build_config(config), num_classes)
+    backend.build(config, num_classes)
     with bad_file_failures(data):
         sweep = lr_sweep.run(config, backend, ctx, data)
     account = sweep.as_dict(lr_sweep.agreed(backend, ctx, sweep))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Generator, Iterable, Optional
 
 from hvdcls.backend import Backend, Context
-from hvdcls.config import AUTO_LR, Config, lr_scale
+from hvdcls.config import AUTO_LR, DEFAULT_LR, Config, lr_scale
 from hvdcls.data.batches import EpochBatches
 from hvdcls.data.mixing import BatchMix
 from hvdcls.data.sharding import TrainShards
@@ -28,7 +28,7 @@ from hvdcls.training.loop import grouped
 from hvdcls.training.watchdog import IN_STEP, READING, Phases
 
 # The rate when the curve tells nothing (a flat sweep): the schema's default, 0.1 per 256.
-FALLBACK_LR = 0.1
+FALLBACK_LR = DEFAULT_LR
 
 
 @dataclass(frozen=True)
@@ -141,9 +141,3 @@ def with_lr(config: Config, lr: float) -> Config:
     """A copy of `config` whose optimizer.lr is `lr` (the rest shared, as it is never changed)."""
     return dataclasses.replace(config, optimizer=dataclasses.replace(config.optimizer, lr=lr))
 
-
-def build_config(config: Config) -> Config:
-    """What the backend builds its optimizer from: a number in place of auto (the rate it is
-    built with is overwritten by every step's, the sweep's first; torch's Horovod broadcast
-    of the optimizer state steps once at it, before the snapshot, on every rank alike)."""
-    return with_lr(config, FALLBACK_LR) if config.optimizer.lr == AUTO_LR else config

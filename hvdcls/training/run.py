@@ -116,7 +116,7 @@ def train_watched(job: Job, ctx: Context, kind: "RunKind", dog: watchdog.Watchdo
     outputs = RunOutputs(choose_run_dir(job.config, job.backend_name, resumed), enabled=ctx.is_main)
     dog.last_record = stop_writer(job, ctx, outputs)  # elastic: rebound to each attempt's world
     backend.seed(job.config.training.seed)  # the same initial weights for the same seed, run after run
-    model_info = backend.build(lr_sweep.build_config(job.config), job.num_classes)
+    model_info = backend.build(job.config, job.num_classes)  # optimizer.lr=auto: config.worker_lr's stand-in
     # optimizer.lr=auto: the range test, from the initial weights (a resumed run repeats the
     # original's test before loading its checkpoint) and restored; then the banner names the rate.
     with bad_file_failures(data):

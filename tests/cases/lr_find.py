@@ -26,7 +26,7 @@ def built(name: str, cfg: config.Config, classes: int):
     backend.threads = 1
     backend.device = backend.setup(cfg, 0, 1) if name == "torch" else "cpu"
     backend.seed(cfg.training.seed)
-    backend.build(lr_sweep.build_config(cfg), classes)
+    backend.build(cfg, classes)
     return backend
 
 
