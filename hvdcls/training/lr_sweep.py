@@ -12,6 +12,7 @@ started from without the test (the Backend contract's snapshot/restore).
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from typing import Generator, Iterable, Optional
@@ -48,7 +49,13 @@ class Sweep:
         return {"lr": self.choice.lr, "config_lr": self.config_lr, "reason": self.choice.reason,
                 "rule": lr_find.RULE, "steps": len(self.lrs), "diverged": self.choice.diverged,
                 "seconds": round(self.seconds, 3), "rank_choices": rank_choices,
-                "curve": [[lr, loss, smooth] for lr, loss, smooth in zip(self.lrs, self.losses, self.smoothed)]}
+                "curve": [[lr, finite(loss), finite(smooth)]
+                          for lr, loss, smooth in zip(self.lrs, self.losses, self.smoothed)]}
+
+
+def finite(value: float) -> Optional[float]:
+    """A diverged loss (nan, inf) as JSON's null: summary.json stays strict JSON."""
+    return value if math.isfinite(value) else None
 
 
 def batches(config: Config, backend: Backend, ctx: Context, data: Data) -> Generator[list, None, None]:

@@ -161,3 +161,15 @@ def test_the_backend_builds_with_the_default_rate_standing_in_for_auto():
     assert cfg.worker_lr(auto, 32) == cfg.DEFAULT_LR * 32 / 256 == lr_sweep.FALLBACK_LR / 8
     with pytest.raises(ValueError, match="not resolved"):  # the schedule needs the real one
         cfg.peak_lr(auto, 2, 1, 32)
+
+
+def test_a_non_finite_loss_is_null_in_the_account(monkeypatch):
+    import json
+
+    backend = CurveBackend()
+    monkeypatch.setattr(backend, "train_step", lambda micro, lr, weight=1.0: Sums(
+        valley(lr) * 32 if lr < 1 else math.inf, 3, 32))
+    monkeypatch.setattr(lr_sweep, "batches", lambda *args: (step for step in [[("x", "y")]] * 1000))
+    _, account = lr_sweep.resolve(cfg.load(overrides=["optimizer.lr=auto"]), backend, context(), data=None)
+    assert account["curve"][-1][1:] == [None, None] and account["diverged"]
+    json.loads(json.dumps(account, allow_nan=False))
