@@ -182,6 +182,18 @@ class Backend(abc.ABC):
         weights() see them); the trained weights are put back when it exits."""
         raise NotImplementedError(f"{self.name} backend has no model EMA")
 
+    def snapshot(self) -> Any:
+        """This rank's training state in memory, for restore() to put back exactly: the model
+        (weights and buffers), the optimizer (its slots and step counts), the loss scaler,
+        PowerSGD's state and the communication counts. The learning-rate range test
+        (hvdcls.training.lr_sweep) trains on a snapshot and restores it; no collective."""
+        raise NotImplementedError(f"{self.name} backend has no snapshot")
+
+    def restore(self, snapshot: Any) -> None:
+        """Put back what snapshot() took, bit for bit (the model EMA, untouched by the
+        sweep, is not part of it)."""
+        raise NotImplementedError(f"{self.name} backend has no snapshot")
+
     def allreduce_wait_seconds(self) -> Optional[float]:
         """Seconds the last train_step blocked waiting for its gradient all-reduce once the
         backward pass was done (Horovod overlaps the rest with backward), measured on the

@@ -1,6 +1,7 @@
 """The `hvdcls` command.
 
     hvdcls train [--backend torch|tensorflow] [--config FILE.yaml] [key=value ...]
+    hvdcls lr-find [the same arguments]     the learning-rate range test: its curve, plot and pick
     hvdcls data pack SRC_DIR OUT.lmdb       an ImageFolder directory into one LMDB file
     hvdcls doctor [--smoke] [--json]        is this installation ready to train?
     hvdcls demo [--np 2]                    digits with both backends under horovodrun, side by side
@@ -81,10 +82,40 @@ def run_train(args: argparse.Namespace) -> int:
     return train.run(args.backend, args.config, args.overrides, train_flags(args))
 
 
+def lr_value(text: str):
+    """--lr: a number, or auto (the range test picks it)."""
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or auto") from None
+
+
 def add_train(sub) -> None:
     parser = sub.add_parser("train", help="train a classifier (one process, or many under "
                             "horovodrun/mpirun)", description="Train an image classifier. "
                             "Settings: defaults < --config file < key=value < flags.")
+    add_train_arguments(parser)
+    parser.set_defaults(handler=run_train)
+
+
+def run_lr_find(args: argparse.Namespace) -> int:
+    command = importlib.import_module("hvdcls.training.lr_find_command")
+    return command.run(args.backend, args.config, args.overrides, train_flags(args))
+
+
+def add_lr_find(sub) -> None:
+    parser = sub.add_parser("lr-find", help="the learning-rate range test alone: print the curve, "
+                            "plot it (RUN_DIR/lr_find.png), name the rate optimizer.lr=auto takes",
+                            description="The range test optimizer.lr=auto runs before training "
+                            "(optimizer.lr_find.*), with the same settings as hvdcls train.")
+    add_train_arguments(parser)
+    parser.set_defaults(handler=run_lr_find)
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """What `hvdcls train` and `hvdcls lr-find` both take: the same config keys and flags."""
     parser.add_argument("--backend", choices=registry.names(), default="torch",
                         help="default: torch")
     parser.add_argument("--config", type=Path, help="YAML file (see configs/); default: the "
@@ -94,7 +125,9 @@ def add_train(sub) -> None:
     parser.add_argument("--model", help="compact_cnn, a torchvision or keras.applications name")
     parser.add_argument("--epochs", type=int)
     parser.add_argument("-b", "--batch-size", type=int, help="per worker")
-    parser.add_argument("--lr", type=float, help="per 256 images of the global batch (optimizer.scale_lr)")
+    parser.add_argument("--lr", type=lr_value, help="per 256 images of the global batch "
+                        "(optimizer.scale_lr), or auto: the range test picks it (the default for "
+                        "a data path)")
     parser.add_argument("--amp", action="store_true", default=None, help="mixed precision")
     parser.add_argument("--resume", help="a checkpoint or run directory")
     parser.add_argument("--output-dir", help="default runs/<timestamp>-<backend>")
@@ -110,7 +143,6 @@ def add_train(sub) -> None:
                         help="no progress bar or step/epoch lines (batch jobs)")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="dotted config overrides, e.g. optimizer.lr=0.05 horovod.compression=fp16")
-    parser.set_defaults(handler=run_train)
 
 
 def add_data(sub) -> None:
@@ -165,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"hvdcls {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=OneLineParser)
-    for add in (add_train, add_data, add_doctor, add_smoke, add_demo, add_timeline, add_report,
+    for add in (add_train, add_lr_find, add_data, add_doctor, add_smoke, add_demo, add_timeline, add_report,
                 add_bench):
         add(sub)
     importlib.import_module("hvdcls.serve.commands").add_parsers(sub)  # argparse only

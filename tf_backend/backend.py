@@ -25,6 +25,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import dataclasses
 import time
 import zipfile
 from contextlib import contextmanager
@@ -402,6 +403,22 @@ class TensorFlowBackend(HorovodBackend):
                 self.reducer.load_arrays(stored)
             except (KeyError, ValueError) as err:
                 raise UserError(f"cannot load {path}: no PowerSGD state that fits ({err})") from None
+
+    def snapshot(self) -> dict:
+        # copies: a numpy view of a variable's buffer would follow the next steps' updates
+        return {"model": [np.array(v.numpy(), copy=True) for v in self.model.variables],
+                "optimizer": [np.array(v.numpy(), copy=True) for v in self.optimizer.variables],
+                "powersgd": self.reducer.state_arrays() if self.reducer is not None else None,
+                "counter": dataclasses.replace(self.counter)}
+
+    def restore(self, snapshot: dict) -> None:
+        for variables, values in ((self.model.variables, snapshot["model"]),
+                                  (self.optimizer.variables, snapshot["optimizer"])):
+            for variable, value in zip(variables, values):
+                variable.assign(value)
+        if self.reducer is not None:
+            self.reducer.load_arrays(snapshot["powersgd"])
+        vars(self.counter).update(vars(snapshot["counter"]))  # the reducer's counter too: one object
 
     def broadcast_state(self) -> None:
         hvd.broadcast_variables(tf_variables(self.model.variables), root_rank=0)  # Horovod

@@ -6,6 +6,8 @@ hvdcls.horovod_backend.HorovodBackend's, given horovod.torch here.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import pickle
 import time
 from contextlib import contextmanager, nullcontext
@@ -290,6 +292,22 @@ class TorchBackend(HorovodBackend):
         except (OSError, RuntimeError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as err:
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise UserError(f"cannot load {path}: {reason}") from None
+
+    def snapshot(self) -> dict:
+        # deepcopy: state_dict() hands out the live tensors, which the next steps change in place
+        state = copy.deepcopy({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                               "scaler": self.scaler.state_dict(),
+                               "powersgd": self.reducer.state_dict() if self.reducer is not None else None})
+        return {**state, "counter": dataclasses.replace(self.counter)}
+
+    def restore(self, snapshot: dict) -> None:
+        self.model.load_state_dict(snapshot["model"])  # copied into the live parameters
+        # load_state_dict keeps the tensors it is given: a copy, so the snapshot stays as taken
+        self.optimizer.load_state_dict(copy.deepcopy(snapshot["optimizer"]))
+        self.scaler.load_state_dict(snapshot["scaler"])
+        if self.reducer is not None:
+            self.reducer.load_state_dict(snapshot["powersgd"])  # it clones
+        vars(self.counter).update(vars(snapshot["counter"]))  # the reducer's counter too: one object
 
     def broadcast_state(self) -> None:
         hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)  # Horovod

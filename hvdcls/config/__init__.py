@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence, cast
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 
-from hvdcls.config.checks import CHOICES, get, not_a_choice, validate  # noqa: F401 (get: API)
+from hvdcls.config.checks import CHOICES, get, lr_setting, not_a_choice, validate  # noqa: F401 (get: API)
 from hvdcls.config.schema import *  # noqa: F403 (the schema's names, where they always were)
 from hvdcls.config.schema import SECTIONS, Config
 from hvdcls.errors import UserError
@@ -50,11 +50,19 @@ DIGITS_DEFAULTS = {
 }
 
 
+# A user's own images (a directory or an LMDB file): the per-256 rule with ImageNet's base rate
+# is right for 90 epochs of ImageNet, not for a few epochs of a small set (issue 26 measured an
+# underfit), so the learning-rate range test picks the rate (hvdcls.training.lr_find). Not
+# under eval_only (nothing trains) or elastic (the sweep cannot run there); a number anywhere
+# above these defaults (the file, an override, --lr) still wins.
+USER_DATA_DEFAULTS = {"optimizer": {"lr": "auto"}}
+
+
 def load(config_file: Optional[Path] = None, overrides: Sequence[str] = (),
          flags: Optional[dict[str, Any]] = None, settings: Optional[dict] = None) -> Config:
-    """Defaults (+ DIGITS_DEFAULTS for digits) <- YAML file <- `settings` (a mapping shaped
-    like the file: `hvdcls serve`'s job specs) <- `key=value` overrides <- flags; then
-    validate()."""
+    """Defaults (+ DIGITS_DEFAULTS for digits, USER_DATA_DEFAULTS for a data.path) <- YAML
+    file <- `settings` (a mapping shaped like the file: `hvdcls serve`'s job specs) <-
+    `key=value` overrides <- flags; then validate()."""
     layers = []
     if config_file is not None:
         layers.append((f"file {config_file}", _read_yaml(Path(config_file))))
@@ -66,12 +74,14 @@ def load(config_file: Optional[Path] = None, overrides: Sequence[str] = (),
     if flags:
         layers.append(("flag", _guard(lambda: OmegaConf.create(_nest(flags)), "flag")))
     merged = _merge(OmegaConf.structured(Config), layers)
-    if _is_digits(merged.data):
-        merged = _merge(OmegaConf.structured(Config), [("digits defaults", OmegaConf.create(DIGITS_DEFAULTS)), *layers])
+    defaults = _defaults_for(merged)
+    if defaults is not None:
+        merged = _merge(OmegaConf.structured(Config), [(defaults[0], OmegaConf.create(defaults[1])), *layers])
     try:
         config = cast(Config, OmegaConf.to_object(merged))  # resolves ${...} interpolations
     except OmegaConfBaseException as err:
         raise _one_line(err, "value") from None
+    config.optimizer.lr = lr_setting(config.optimizer.lr)  # "0.05" and 1 are numbers: floats
     validate(config)
     return config
 
@@ -113,6 +123,18 @@ def _off_is_a_word(layer) -> None:
     for key, allowed in CHOICES.items():
         if "off" in allowed and OmegaConf.select(layer, key, default=None) is False:
             OmegaConf.update(layer, key, "off")
+
+
+def _defaults_for(merged) -> Optional[tuple[str, dict]]:
+    """The defaults layered under everything for this data, named for error lines; None: the
+    schema's alone."""
+    if _is_digits(merged.data):
+        return "digits defaults", DIGITS_DEFAULTS
+    try:
+        users = bool(merged.data.path) and not merged.training.eval_only and not merged.training.elastic
+    except OmegaConfBaseException:  # an unresolvable value: validation names it later
+        return None
+    return ("user data defaults", USER_DATA_DEFAULTS) if users else None
 
 
 def _is_digits(data) -> bool:

@@ -2,10 +2,19 @@
 made in code, and the keys that depend on each other; one line naming the key on failure."""
 from __future__ import annotations
 
+import math
 import typing
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
-from hvdcls.config.schema import Config, DataConfig, HorovodConfig, ScheduleConfig, TrainingConfig
+from hvdcls.config.schema import (
+    AUTO_LR,
+    Config,
+    DataConfig,
+    HorovodConfig,
+    OptimizerConfig,
+    ScheduleConfig,
+    TrainingConfig,
+)
 from hvdcls.errors import UserError
 from hvdcls.models import vit_patches, vit_spec
 
@@ -25,10 +34,10 @@ def _choices(cls: type, prefix: str = "") -> dict[str, tuple[str, ...]]:
 CHOICES = _choices(Config)
 POSITIVE = ("data.image_size", "data.synthetic.num_samples", "data.synthetic.num_classes",
             "training.epochs", "training.batch_size", "training.log_every", "training.commit_every",
-            "training.ema_steps", "optimizer.trust_coefficient",
+            "training.ema_steps", "optimizer.trust_coefficient", "optimizer.lr_find.steps",
             "horovod.backward_passes_per_step", "output.keep_checkpoints", "schedule.step_size",
             "horovod.powersgd.rank", "training.balancing.min_batch", "training.balancing.every")
-NON_NEGATIVE = ("data.workers", "optimizer.lr", "optimizer.momentum", "optimizer.weight_decay",
+NON_NEGATIVE = ("data.workers", "optimizer.momentum", "optimizer.weight_decay",
                 "schedule.min_lr_factor", "data.mixup_alpha", "data.cutmix_alpha", "output.checkpoint_every",
                 "training.label_smoothing", "training.seed", "training.profile_steps",
                 "training.stall_timeout_seconds",
@@ -64,6 +73,7 @@ def validate(config: Config) -> None:
         value = get(config, key)
         if value is not None:
             _check(key, value, lambda v: v >= 0, "must be >= 0 (or null)")
+    _validate_lr(config.optimizer, config.training)
     _validate_data(config.data)
     _validate_vit(config)
     _validate_stall(config.horovod)
@@ -120,6 +130,41 @@ def _validate_ema(training: TrainingConfig) -> None:
     if training.elastic:
         raise UserError("config training.ema_decay with training.elastic=true: the EMA weights are "
                         "not part of the elastic state yet; use one or the other")
+
+
+def lr_setting(value: Any) -> Union[float, str]:
+    """optimizer.lr as the run uses it: a float >= 0, or "auto". A number may come as an int
+    (`lr: 1`) or a string (a quoted YAML value, a job spec's settings)."""
+    if value == AUTO_LR:
+        return AUTO_LR
+    try:
+        number = float(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else None
+    except ValueError:
+        number = None
+    if number is not None and not math.isfinite(number):  # worded as the service's spec check
+        raise UserError(f"config optimizer.lr: {number} is not a finite number")
+    if number is None:
+        raise UserError(f"config optimizer.lr={value!r}: a number (per 256 images under "
+                        f"optimizer.scale_lr=per256) or {AUTO_LR} (the range test picks it)")
+    if number < 0:
+        raise UserError(f"config optimizer.lr={value!r}: must be >= 0")
+    return number
+
+
+def _validate_lr(optimizer: OptimizerConfig, training: TrainingConfig) -> None:
+    find = optimizer.lr_find
+    if not 0 < find.min_lr < find.max_lr:
+        raise UserError(f"config optimizer.lr_find: needs 0 < min_lr < max_lr "
+                        f"(min_lr={find.min_lr}, max_lr={find.max_lr})")
+    if lr_setting(optimizer.lr) != AUTO_LR:
+        return
+    if training.eval_only:
+        raise UserError("config optimizer.lr=auto with training.eval_only=true: evaluation trains "
+                        "nothing, so there is no rate to find; drop optimizer.lr=auto")
+    if training.elastic:  # the sweep's collectives would run before the elastic state syncs
+        raise UserError("config optimizer.lr=auto with training.elastic=true: the range test runs "
+                        "before training, outside the elastic loop; give optimizer.lr a number "
+                        "(`hvdcls lr-find` finds one)")
 
 
 def not_a_choice(key: str, value: Any) -> UserError:

@@ -4,10 +4,11 @@ need more than a type in hvdcls.config.checks."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Literal, Optional
+from typing import List, Literal, Optional, Union
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "ModelConfig", "AugmentConfig", "SyntheticConfig",
-           "DataConfig", "OptimizerConfig", "REFERENCE_BATCH", "peak_lr", "worker_lr", "ScheduleConfig",
+           "DataConfig", "LRFindConfig", "OptimizerConfig", "AUTO_LR", "DEFAULT_LR", "REFERENCE_BATCH", "peak_lr",
+           "lr_scale", "numeric_lr", "worker_lr", "ScheduleConfig",
            "BalancingConfig", "TrainingConfig", "PowerSGDConfig", "Compression", "HorovodConfig",
            "OutputConfig", "Config", "SECTIONS"]
 
@@ -73,11 +74,28 @@ class DataConfig:
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
 
+AUTO_LR = "auto"  # optimizer.lr=auto: the learning-rate range test picks the rate
+DEFAULT_LR = 0.1  # per 256 images: Goyal et al.'s rule, the schema's default
+
+
+@dataclass
+class LRFindConfig:
+    """optimizer.lr=auto and `hvdcls lr-find`: the range test's sweep (hvdcls.training.lr_find).
+    The rates are the ones the steps run at (no scale_lr applied): the sweep measures them."""
+
+    steps: int = 100  # at most; it stops once the loss diverges
+    min_lr: float = 1e-5
+    max_lr: float = 10.0
+
+
 @dataclass
 class OptimizerConfig:
     # lars, lamb: layer-wise trust ratios for large global batches (hvdcls.lars_lamb)
     name: Literal["sgd", "adam", "adamw", "lars", "lamb"] = "sgd"
-    lr: float = 0.1  # per 256 images of the global batch; see scale_lr
+    # per 256 images of the global batch (see scale_lr); auto: the range test picks it (the
+    # default for a user's data, hvdcls.config.USER_DATA_DEFAULTS). An int or a number in a
+    # string is a number too (hvdcls.config.checks.lr_setting).
+    lr: Union[float, int, str] = DEFAULT_LR
     # per256: lr x global batch / 256 (the linear-scaling rule of Goyal et al.: 0.1 per 256);
     # linear: lr is for one worker's batch, x world size x backward passes; none: as given.
     scale_lr: Literal["per256", "linear", "none"] = "per256"
@@ -85,6 +103,7 @@ class OptimizerConfig:
     nesterov: bool = False  # sgd, lars
     weight_decay: float = 1e-4  # lars, lamb: not on biases and normalisation weights
     trust_coefficient: float = 0.001  # lars: eta, the trust ratio's scale (You et al. 2017)
+    lr_find: LRFindConfig = field(default_factory=LRFindConfig)
 
 
 REFERENCE_BATCH = 256  # optimizer.scale_lr=per256: lr is for this many images (Goyal et al.)
@@ -94,11 +113,23 @@ def peak_lr(optimizer: OptimizerConfig, world_size: int, backward_passes: int, b
     """optimizer.lr after optimizer.scale_lr, for `world_size` workers each running
     `backward_passes` batches of `batch_size` per step: the schedule's peak
     (hvdcls.training.schedule)."""
+    return numeric_lr(optimizer) * lr_scale(optimizer, world_size, backward_passes, batch_size)
+
+
+def lr_scale(optimizer: OptimizerConfig, world_size: int, backward_passes: int, batch_size: int) -> float:
+    """What optimizer.scale_lr multiplies optimizer.lr by to make the step's rate."""
     if optimizer.scale_lr == "per256":
-        return optimizer.lr * (batch_size * world_size * backward_passes / REFERENCE_BATCH)
+        return batch_size * world_size * backward_passes / REFERENCE_BATCH
     if optimizer.scale_lr == "linear":
-        return optimizer.lr * world_size * backward_passes
-    return optimizer.lr
+        return float(world_size * backward_passes)
+    return 1.0
+
+
+def numeric_lr(optimizer: OptimizerConfig) -> float:
+    """optimizer.lr as a number: `auto` must have been resolved (hvdcls.training.lr_sweep)."""
+    if isinstance(optimizer.lr, str):
+        raise ValueError(f"optimizer.lr={optimizer.lr!r} is not resolved to a number yet")
+    return float(optimizer.lr)
 
 
 def worker_lr(optimizer: OptimizerConfig, batch_size: int) -> float:
@@ -106,7 +137,11 @@ def worker_lr(optimizer: OptimizerConfig, batch_size: int) -> float:
     backends build their optimizer with. torch's Horovod broadcast_optimizer_state takes one
     zero-gradient step at that rate (weight decay moves the weights and fills the momentum), so
     it stays what the rate meant before per256 (0.05 for the digits' 0.4 per 256, as it was;
-    REFERENCE_BATCH being a power of two, lr x (batch / 256) is the float lr x batch / 256 was)."""
+    REFERENCE_BATCH being a power of two, lr x (batch / 256) is the float lr x batch / 256 was).
+    optimizer.lr=auto, not yet resolved: DEFAULT_LR stands in (the range test sets every one of
+    its steps' rates, and training starts from the rate it found)."""
+    if optimizer.lr == AUTO_LR:
+        return DEFAULT_LR * lr_scale(optimizer, 1, 1, batch_size)
     return peak_lr(optimizer, 1, 1, batch_size)
 
 

@@ -12,6 +12,7 @@ error ends every rank at once with one line instead of leaving ranks waiting on 
 from __future__ import annotations
 
 import abc
+import dataclasses
 import platform
 import socket
 import sys
@@ -28,7 +29,7 @@ from hvdcls.data import bad_files, datasets
 from hvdcls.data.sources import Data
 from hvdcls.errors import JobStopped, UserError
 from hvdcls.observe.monitor import EpochRecord, Monitor, Sink
-from hvdcls.training import balance, checkpoint, elastic, memory, watchdog
+from hvdcls.training import balance, checkpoint, elastic, lr_sweep, memory, watchdog
 from hvdcls.training.loop import Trainer
 from hvdcls.training.outputs import EVAL_FILE, RunOutputs, default_run_dir
 
@@ -75,6 +76,7 @@ class Job:
     num_classes: int
     horovod_settings: dict  # what Horovod read in hvd.init(), for the summary
     started: float
+    lr_find: Optional[dict] = None  # optimizer.lr=auto: the range test's account (lr_sweep)
 
 
 @dataclass(frozen=True)
@@ -109,13 +111,19 @@ def train(config: cfg.Config, backend_name: str) -> dict:
 
 def train_watched(job: Job, ctx: Context, kind: "RunKind", dog: watchdog.Watchdog) -> dict:
     """train() once this rank's watchdog runs: every phase from here on is bounded."""
-    config, backend, data = job.config, job.backend, job.data
+    backend, data = job.backend, job.data
     resumed = kind.read_resume(job, ctx)
-    outputs = RunOutputs(choose_run_dir(config, job.backend_name, resumed), enabled=ctx.is_main)
+    outputs = RunOutputs(choose_run_dir(job.config, job.backend_name, resumed), enabled=ctx.is_main)
     dog.last_record = stop_writer(job, ctx, outputs)  # elastic: rebound to each attempt's world
+    backend.seed(job.config.training.seed)  # the same initial weights for the same seed, run after run
+    model_info = backend.build(job.config, job.num_classes)  # optimizer.lr=auto: config.worker_lr's stand-in
+    # optimizer.lr=auto: the range test, from the initial weights (a resumed run repeats the
+    # original's test before loading its checkpoint) and restored; then the banner names the rate.
+    with bad_file_failures(data):
+        config, found = lr_sweep.resolve(job.config, backend, ctx, data, dog.phases)
+    job = dataclasses.replace(job, config=config, lr_find=found)
+    dog.last_record = stop_writer(job, ctx, outputs)  # its record: the rate trained with
     outputs.say(banner(job, ctx, kind.label, outputs.run_dir))
-    backend.seed(config.training.seed)  # the same initial weights for the same seed, run after run
-    model_info = backend.build(config, job.num_classes)
     start_epoch, history = kind.restore(job, ctx, resumed, outputs)
     if config.training.eval_only:  # plain runs only: the config refuses it with elastic
         trainer = Trainer(config, backend, ctx, data, outputs, phases=dog.phases)
@@ -147,7 +155,19 @@ def banner(job: Job, ctx: Context, label: str, run_dir: Path) -> str:
     data = job.data
     return (f"hvdcls {__version__}: {job.backend_name} backend, {label}{ctx.size} process(es) "
             f"({ctx.controller}), {data.name}: {len(data.train)} train / {len(data.val)} val "
-            f"images, {job.num_classes} classes, augment {augment_line(data)} -> {run_dir}")
+            f"images, {job.num_classes} classes, augment {augment_line(data)}, "
+            f"{lr_line(job, ctx)} -> {run_dir}")
+
+
+def lr_line(job: Job, ctx: Context) -> str:
+    """'lr 0.4 per256 (0.05 a step)', and how it was chosen when the range test chose it."""
+    opt = job.config.optimizer
+    step = cfg.peak_lr(opt, ctx.size, job.config.horovod.backward_passes_per_step,
+                       job.config.training.batch_size)
+    line = f"lr {cfg.numeric_lr(opt):.4g} {opt.scale_lr} ({step:.4g} a step)"
+    if job.lr_find is not None:
+        line += f" by the range test: {job.lr_find['reason']}, {job.lr_find['steps']} steps"
+    return line
 
 
 def augment_line(data: Data) -> str:
@@ -162,6 +182,7 @@ def closing_summary(job: Job, ended: Ended, model_info: dict,
     summary = make_summary(job.config, ended.ctx, data, model_info, job.horovod_settings,
                            ended.history, job.started, resumed)
     summary.update(ended.extra)
+    summary["lr_find"] = job.lr_find
     skipped = data.bad_files.skipped() if data.bad_files is not None else []
     summary["bad_files"] = bad_files.summarise(job.config.data.bad_files,
                                                backend.allgather_object(skipped, "bad_files"))

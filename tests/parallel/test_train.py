@@ -93,18 +93,36 @@ def test_resume_repeats_the_uninterrupted_run(digits_run, tmp_path):
         assert abs(again[epoch]["val_accuracy"] - original[epoch]["val_accuracy"]) <= 1 / 359, epoch + 1
 
 
+# The range test, short (12 steps from 1e-3: the mechanics, not the choice), rides on the
+# first launch: every rank picks the same rate, and the weights still agree after it.
+LR_AUTO = ["optimizer.lr=auto", "optimizer.lr_find.steps=12", "optimizer.lr_find.min_lr=1e-3"]
+
+
 # fp16 and gradient accumulation under horovodrun are test_horovod_settings_reach_horovod's
 # launch (one launch, all the checks).
 @pytest.mark.parametrize("launcher, options", [
-    ("mpirun", ["horovod.compression=fp16", "horovod.backward_passes_per_step=2"]),
+    ("mpirun", ["horovod.compression=fp16", "horovod.backward_passes_per_step=2", *LR_AUTO]),
     ("mpirun", ["horovod.op=adasum", "horovod.sync_bn=true"]),
-], ids=["mpirun-fp16-accumulate2", "mpirun-adasum-syncbn"])
+], ids=["mpirun-fp16-accumulate2-lrauto", "mpirun-adasum-syncbn"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_weights_identical_on_every_rank(backend, launcher, options, tmp_path):
     out = tmp_path / "run"
-    train(launcher, NP, backend, out, "--epochs", "2", "output.checkpoint_every=0", *NO_PICTURES,
-          *options)
-    assert_trained_alike(read_json(out / "summary.json"), out, launcher)
+    result = train(launcher, NP, backend, out, "--epochs", "2", "output.checkpoint_every=0", *NO_PICTURES,
+                   *options)
+    summary = read_json(out / "summary.json")
+    assert_trained_alike(summary, out, launcher)
+    if "optimizer.lr=auto" in options:
+        assert_rate_found_alike(summary, result.stdout)
+
+
+def assert_rate_found_alike(summary: dict, stdout: str) -> None:
+    """optimizer.lr=auto: every rank chose the same rate after the same steps, and trained with it."""
+    found = summary["lr_find"]
+    assert found["rank_choices"] == [[found["lr"], found["steps"]]] * NP, found["rank_choices"]
+    assert 2 <= found["steps"] <= 12 and found["lr"] > 0
+    assert summary["config"]["optimizer"]["lr"] == found["config_lr"]
+    banner = stdout.splitlines()[0]
+    assert banner.startswith("hvdcls ") and f"lr {found['config_lr']:.4g} per256" in banner, banner
 
 
 def assert_trained_alike(summary: dict, out: Path, launcher: str) -> None:

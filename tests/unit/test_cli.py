@@ -127,3 +127,33 @@ def test_empty_class_directory_is_one_line_exit_2(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "train/dog has no images" in lines[0]
     assert not (tmp_path / "run").exists()  # nothing written before the data was accepted
+
+
+def one_line_exit_2(result: subprocess.CompletedProcess) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("args", [["--lr", "fast"], ["optimizer.lr=fast"]], ids=["flag", "override"])
+def test_an_lr_neither_number_nor_auto_is_one_line_exit_2(args, tmp_path):
+    line = one_line_exit_2(run_cli("train", *args, "--output-dir", str(tmp_path / "run")))
+    assert "fast" in line and "auto" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_lr_auto_with_eval_only_is_one_line_exit_2(tmp_path):
+    line = one_line_exit_2(run_cli("train", "--lr", "auto", "--eval-only", "--resume", str(tmp_path)))
+    assert "optimizer.lr=auto with training.eval_only=true" in line
+
+
+def test_lr_find_takes_trains_flags_and_keys():
+    from hvdcls.cli import build_parser, parse, train_flags
+
+    args = parse(build_parser(), ["lr-find", "--backend", "tensorflow", "--data", "/d/x", "-b", "64",
+                                  "--lr", "auto", "optimizer.lr_find.steps=50"])
+    flags = train_flags(args)
+    assert args.backend == "tensorflow" and args.overrides == ["optimizer.lr_find.steps=50"]
+    assert (flags["data.path"], flags["training.batch_size"], flags["optimizer.lr"]) == ("/d/x", 64, "auto")
+    assert train_flags(parse(build_parser(), ["train", "--lr", "0.2"]))["optimizer.lr"] == 0.2

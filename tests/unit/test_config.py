@@ -374,3 +374,52 @@ def test_vit_patch_size_defaults_to_the_architectures_and_checkpointing_is_off()
 ])
 def test_vit_and_checkpointing_settings_it_cannot_serve(overrides, expected):
     assert expected in user_error(overrides=overrides)
+
+
+# --- optimizer.lr=auto ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ["/data/mine", "/data/mine.lmdb"])
+def test_a_users_data_path_defaults_to_the_range_test(path):
+    assert config.load(overrides=[f"data.path={path}"]).optimizer.lr == "auto"
+    assert config.load(overrides=["data.name=synthetic"]).optimizer.lr == 0.1  # no path: the schema's
+    assert config.load().optimizer.lr == 0.4  # the digits keep theirs
+
+
+def test_a_number_anywhere_wins_over_auto(tmp_path):
+    users = ["data.path=/data/mine"]
+    assert config.load(overrides=[*users, "optimizer.lr=0.2"]).optimizer.lr == 0.2
+    assert config.load(overrides=users, flags={"optimizer.lr": 0.3}).optimizer.lr == 0.3
+    assert config.load(write(tmp_path, "optimizer:\n  lr: 0.5\n"), users).optimizer.lr == 0.5
+    for name in ("resnet50.yaml", "recipe-torchvision-v2.yaml"):  # their explicit values
+        assert isinstance(config.load(REPO / "configs" / name, users).optimizer.lr, float), name
+    assert config.load(REPO / "configs" / "digits.yaml").optimizer.lr == 0.4
+
+
+def test_auto_is_not_the_default_where_the_sweep_cannot_run():
+    users = "data.path=/data/mine"
+    assert config.load(overrides=[users, "training.elastic=true"]).optimizer.lr == 0.1
+    resumed = config.load(overrides=[users, "training.eval_only=true", "training.resume=/runs/x"])
+    assert resumed.optimizer.lr == 0.1
+
+
+@pytest.mark.parametrize("value, expected", [("1", 1.0), ("'0.05'", 0.05), ("1e-3", 0.001), ("auto", "auto")])
+def test_lr_numbers_in_any_form_become_floats(value, expected):
+    lr = config.load(overrides=[f"optimizer.lr={value}"]).optimizer.lr
+    assert lr == expected and type(lr) is type(expected)
+
+
+@pytest.mark.parametrize("value", ["fast", "'nan'", "true"])
+def test_a_non_number_other_than_auto_is_one_line(value):
+    assert "optimizer.lr" in user_error(overrides=[f"optimizer.lr={value}"])
+
+
+def test_auto_with_eval_only_or_elastic_is_one_line():
+    message = user_error(overrides=["optimizer.lr=auto", "training.eval_only=true", "training.resume=/runs/x"])
+    assert message.startswith("config optimizer.lr=auto with training.eval_only=true")
+    message = user_error(overrides=["optimizer.lr=auto", "training.elastic=true"])
+    assert message.startswith("config optimizer.lr=auto with training.elastic=true")
+
+
+def test_the_sweeps_range_is_checked():
+    assert "min_lr < max_lr" in user_error(overrides=["optimizer.lr_find.min_lr=1", "optimizer.lr_find.max_lr=0.1"])
+    assert "optimizer.lr_find.steps" in user_error(overrides=["optimizer.lr_find.steps=0"])
