@@ -63,6 +63,7 @@ TRAIN_FLAGS = {"model": "model.name", "epochs": "training.epochs", "batch_size":
                "lr": "optimizer.lr", "amp": "training.amp", "resume": "training.resume",
                "output_dir": "output.dir", "workers": "data.workers", "seed": "training.seed",
                "eval_only": "training.eval_only", "metrics_port": "output.metrics_port",
+               "mlflow": "output.mlflow_uri",
                "profile_steps": "training.profile_steps"}
 
 
@@ -137,6 +138,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         default=None, help="evaluate the --resume checkpoint and stop")
     parser.add_argument("--metrics-port", type=int, metavar="PORT",
                         help="serve Prometheus metrics on rank 0 (0: any free port, logged)")
+    parser.add_argument("--mlflow", metavar="URI", help="track the run in MLflow (rank 0): params, "
+                        "per-epoch metrics, tags, artifacts (output.mlflow_uri; needs hvdcls[track])")
     parser.add_argument("--profile-steps", type=int, metavar="N",
                         help="profile N steps with torch.profiler / the TF profiler into RUN_DIR/profile")
     parser.add_argument("--quiet", action="store_true",

@@ -5,7 +5,8 @@
 #      packages, installed when missing;
 #   2. a virtual environment (.venv) with torch + torchvision, TensorFlow (Keras 3), mpi4py
 #      built against that OpenMPI, the service's extra (hvdcls[serve]: FastAPI, uvicorn,
-#      SQLAlchemy, pydantic, httpx), the test tools, and this package (editable);
+#      SQLAlchemy, pydantic, httpx), MLflow's client (hvdcls[track]), Hydra's override parser
+#      (hvdcls[sweep]), the test tools (with an MLflow server), and this package (editable);
 #   3. Horovod 0.28.1 built for this exact environment by tools/horovod_wheel.py, cached
 #      under ~/.cache/hvdcls/wheels and reused on the next run.
 #
@@ -74,14 +75,19 @@ ensure_venv() {
 requirement_files() {
     local tf=requirements/tensorflow.txt
     [ "$GPU" = 1 ] && tf=requirements/tensorflow-gpu.txt
-    echo requirements/core.txt requirements/serve.txt requirements/torch.txt "$tf" requirements/test.txt
+    echo requirements/core.txt requirements/serve.txt requirements/track.txt requirements/torch.txt "$tf" \
+        requirements/test.txt
 }
+
+# hydra-core goes in without its dependencies (requirements/sweep.txt says why): pip's resolver
+# would refuse it beside our omegaconf pin.
+NO_DEPS=requirements/sweep.txt
 
 ensure_python_packages() {
     local files stamp
     files=$(requirement_files)
     # shellcheck disable=SC2086
-    stamp="$VENV/.hvdcls-deps-$(cat $files setup.py | sha256sum | cut -c1-16)"
+    stamp="$VENV/.hvdcls-deps-$(cat $files $NO_DEPS setup.py | sha256sum | cut -c1-16)"
     if [ -f "$stamp" ]; then
         say "Python packages up to date"
         return 0
@@ -97,6 +103,7 @@ ensure_python_packages() {
     local args=()
     for f in $files; do args+=(-r "$f"); done
     "$VENV/bin/python" -m pip install --quiet "${args[@]}" || die "pip install failed (see above)"
+    "$VENV/bin/python" -m pip install --quiet --no-deps -r "$NO_DEPS" || die "pip install -r $NO_DEPS failed (see above)"
     # Built from source against the system OpenMPI: PyPI's binary wheels bundle another MPI.
     "$VENV/bin/python" -m pip install --quiet --no-binary mpi4py "mpi4py>=4" || die "mpi4py failed to build against OpenMPI"
     "$VENV/bin/python" -m pip install --quiet --no-deps -e . || die "installing hvdcls failed"

@@ -259,6 +259,10 @@ class OutputConfig:
     metrics_linger_seconds: float = 0.0  # after training, serve until one more scrape or this long
     tensorboard: bool = True  # scalars under RUN_DIR/tensorboard/
     report: bool = True  # RUN_DIR/report.png, redrawn after every epoch
+    # MLflow tracking on rank 0 (hvdcls.observe.tracking, docs/tracking.md): a tracking URI
+    # (http://host:5000, file:..., sqlite:...); None: off. Needs hvdcls[track].
+    mlflow_uri: Optional[str] = None
+    mlflow_experiment: str = "hvdcls"  # created on first use
 
 
 @dataclass

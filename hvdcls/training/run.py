@@ -393,7 +393,7 @@ def make_sinks(config: cfg.Config, backend_name: str, outputs: RunOutputs,
                metrics: bool = True, phase: str = status_file.STARTING) -> list[Sink]:
     """Rank 0's watchers of the run: progress, status.json (from `phase`: a new rank 0 takes
     it over while the world resets), and as configured Prometheus (unless not `metrics`),
-    TensorBoard and report.png (hvdcls.observe.monitor). Imported here, on rank 0, only when
+    TensorBoard, report.png and MLflow (hvdcls.observe.monitor). Imported here, on rank 0, only when
     wanted."""
     from hvdcls.observe.progress import Progress, choose_mode
     from hvdcls.observe.status import StatusSink
@@ -419,6 +419,10 @@ def make_sinks(config: cfg.Config, backend_name: str, outputs: RunOutputs,
         from hvdcls.observe.report import ReportSink
 
         sinks.append(ReportSink(outputs.run_dir))
+    if out.mlflow_uri:  # last: at the end it uploads what the sinks above wrote
+        from hvdcls.observe.tracking import MlflowSink
+
+        sinks.append(MlflowSink(out.mlflow_uri, out.mlflow_experiment, cfg.to_dict(config), outputs.run_dir))
     return sinks
 
 
