@@ -95,7 +95,7 @@ def _parameter(item: str, override) -> Parameter:
     if unknown:
         raise UserError(f"sweep space: {key}: unknown tag {unknown[0]!r} (tags: {', '.join(TAGS)})")
     if isinstance(value, IntervalSweep):
-        param = _interval(key, value.start, value.end, tags, hint)
+        param = _interval(key, value, tags, hint)
     elif isinstance(value, RangeSweep):
         param = _range(key, value, tags)
     elif isinstance(value, ChoiceSweep):
@@ -112,15 +112,16 @@ def _parameter(item: str, override) -> Parameter:
     return param
 
 
-def _interval(key: str, low: float, high: float, tags: set, hint: Any) -> Parameter:
+def _interval(key: str, sweep, tags: set, hint: Any) -> Parameter:
+    low, high = float(sweep.start), float(sweep.end)  # the grammar has both bounds
     integer = "int" in tags or hint is int
-    if integer and not (float(low).is_integer() and float(high).is_integer()):
+    if integer and not (low.is_integer() and high.is_integer()):
         raise UserError(f"sweep space: {key}: an interval of whole numbers needs whole bounds, not {low:g}, {high:g}")
     if not low < high:
         raise UserError(f"sweep space: {key}: interval({low:g}, {high:g}) is empty (the first bound must be lower)")
     if "log" in tags and low <= 0:
         raise UserError(f"sweep space: {key}: a log scale needs bounds above 0, not {low:g}")
-    bounds = (int(low), int(high)) if integer else (float(low), float(high))
+    bounds = (int(low), int(high)) if integer else (low, high)
     return Parameter(key, "interval", low=bounds[0], high=bounds[1], log="log" in tags, integer=integer)
 
 
