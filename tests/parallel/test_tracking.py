@@ -38,7 +38,9 @@ def mlflow_server(tmp_path):
             [str(binary if binary.exists() else shutil.which("mlflow")), "server", "--host", "127.0.0.1",
              "--port", str(port), "--workers", "1", "--backend-store-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
              "--artifacts-destination", str(tmp_path / "artifacts")],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            # Its job runner (a process of its own, for MLflow's GenAI jobs) would only slow the start.
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_up(url, server, log)
