@@ -7,6 +7,7 @@
     hvdcls timeline PATH [--json]           Horovod's timeline as a few numbers (communication share)
     hvdcls report RUN_DIR [RUN_DIR ...]     runs side by side: a PNG and a Markdown table
     hvdcls bench [--np 1 2] [--model ...]   step throughput beside DDP and raw Horovod
+    hvdcls bench --to-accuracy 0.9          seconds, epochs and images to a validation accuracy
     hvdcls serve --hosts a:2,b:2            a job queue over HTTP; then submit, jobs, status,
                                             logs -f, cancel (hvdcls/serve/commands.py)
     hvdcls serve --executor slurm           the same, each job an sbatch job; slurm-script prints one
@@ -143,6 +144,13 @@ def add_report(sub) -> None:
 
 
 def run_bench(a: argparse.Namespace) -> int:
+    if a.target is not None:  # --to-accuracy: train to a target instead of timing steps
+        accuracy = importlib.import_module("hvdcls.bench.accuracy")
+        report = accuracy.run(accuracy.from_args(a), a.output_dir, progress=not a.quiet)
+        print(importlib.import_module("hvdcls.bench.accuracy_report").markdown(report))
+        return 1 if any("error" in c for c in report["cells"]) else 0
+    if a.overrides:
+        raise UserError(f"{a.overrides[0]}: key=value settings go with --to-accuracy (hvdcls train's keys)")
     bench = importlib.import_module("hvdcls.bench.matrix")
     report = bench.run(flags.from_args(bench.BenchSpec, a), a.output_dir, progress=not a.quiet)
     print(importlib.import_module("hvdcls.bench.report").markdown(report))
@@ -154,6 +162,9 @@ def add_bench(sub) -> None:
     parser = sub.add_parser("bench", help="throughput over backend x processes x compression x batch "
                             "x model, beside DDP and raw Horovod (bench.json, bench.md, bench.png)")
     flags.add_flags(parser, importlib.import_module("hvdcls.bench.matrix").BenchSpec)  # its fields
+    # --to-accuracy and its own flags; key=value settings (for its launches) come as overrides
+    flags.add_flags(parser, importlib.import_module("hvdcls.bench.accuracy").AccuracySpec)
+    parser.set_defaults(overrides=[])
     parser.add_argument("--output-dir", type=Path, default=Path("runs/bench"))
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run_bench)

@@ -90,6 +90,7 @@ def validate(config: Config) -> None:
         raise UserError("config horovod.compression=powersgd with training.elastic=true: the "
                         "PowerSGD state is not part of the elastic state yet; use one or the other")
     _validate_ema(config.training)
+    _validate_target(config.training)
     if not 0 <= config.training.label_smoothing < 1:
         raise UserError(f"config training.label_smoothing={config.training.label_smoothing}: "
                         "must be in [0, 1)")
@@ -104,6 +105,18 @@ def _validate_ema(training: TrainingConfig) -> None:
     if training.elastic:
         raise UserError("config training.ema_decay with training.elastic=true: the EMA weights are "
                         "not part of the elastic state yet; use one or the other")
+
+
+def _validate_target(training: TrainingConfig) -> None:
+    target = training.target_accuracy
+    if target is None:
+        return
+    if not 0 < target <= 1:  # NaN too
+        raise UserError(f"config training.target_accuracy={target}: a validation accuracy in (0, 1] "
+                        "(or null: train every epoch)")
+    if training.elastic:
+        raise UserError("config training.target_accuracy with training.elastic=true: the elastic "
+                        "loop does not stop early yet; use one or the other")
 
 
 def not_a_choice(key: str, value: Any) -> UserError:
