@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 from hvdcls import fileio, launch, registry
-from hvdcls.bench import matrix, to_target
+from hvdcls.bench import guard, matrix, to_target
 from hvdcls.errors import UserError
 from hvdcls.flags import option
 
@@ -107,14 +107,17 @@ def read_records(run_dir: Path) -> list[dict]:
 def run_once(cell: Cell, spec: AccuracySpec, run_dir: Path) -> dict:
     """One launch of one cell: to_target.run_result, or {"error": ...}."""
     assert spec.target is not None
-    launched = time.time()  # before the ranks start: their start-up is part of the time
-    result = matrix.launch_group(train_command(cell, spec, run_dir), environment(cell), spec.timeout)
+    with guard.CpuGuard() as watch:  # what else used the machine meanwhile
+        launched = time.time()  # before the ranks start: their start-up is part of the time
+        result = matrix.launch_group(train_command(cell, spec, run_dir), environment(cell), spec.timeout)
+        ended = time.time()
     if result.returncode != 0 or not (run_dir / "metrics.jsonl").exists():
         tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
         return {"error": f"exit {result.returncode}: " + " | ".join(tail)}
     summary = json.loads((run_dir / "summary.json").read_text())
     return {**to_target.run_result(read_records(run_dir), spec.target, launched),
-            "launch_seconds": time.time() - launched, "summary_seconds_to_target": summary.get("seconds_to_target"),
+            "launch_seconds": ended - launched, "outside": watch.outside,
+            "summary_seconds_to_target": summary.get("seconds_to_target"),
             "versions": summary.get("versions", {}), "model": summary.get("model"),
             "dataset": summary.get("dataset"), "global_batch": cell.batch_size * cell.np,
             "lr": summary["config"]["optimizer"]["lr"], "optimizer": summary["config"]["optimizer"]["name"]}
@@ -138,11 +141,13 @@ def run_all(todo: list[Cell], spec: AccuracySpec, scratch: Path, bar) -> list[di
 
 
 def summarise(cell: Cell, runs: list[dict]) -> dict:
+    """The cell's row: its runs together (to_target.cell_summary) and the guard's word on them."""
+    outside = guard.summarise([run.pop("outside") for run in runs])
     first = runs[0]
     return {**asdict(cell), "global_batch": first["global_batch"], "resolved_lr": first["lr"],
             "resolved_optimizer": first["optimizer"], "model": first["model"],
             "dataset": first["dataset"], "versions": first["versions"],
-            **to_target.cell_summary(runs), "run_results": runs}
+            **to_target.cell_summary(runs), **outside, "run_results": runs}
 
 
 def validate(spec: AccuracySpec) -> None:

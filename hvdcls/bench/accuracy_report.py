@@ -7,10 +7,12 @@ from pathlib import Path
 
 from hvdcls import fileio, tables
 from hvdcls.bench import to_target
+from hvdcls.bench.guard import BUSY_SHARE
+from hvdcls.bench.report import outside_label
 
 COLUMNS = ["runner", "backend", "np", "batch/worker", "global batch", "optimizer", "lr",
            "converged", "seconds (median)", "seconds min-max", "epochs (median)", "epochs min-max",
-           "images (median)", "best acc. (median)", "mark"]
+           "images (median)", "best acc. (median)", "mark", "outside CPU"]
 
 
 def label(cell: dict) -> str:
@@ -37,7 +39,7 @@ def row(cell: dict) -> list[str]:
     return head + [f"{cell['converged_runs']}/{cell['runs']}", fmt(cell["seconds"]), span(cell["seconds"]),
                    fmt(cell["epochs"], "{:g}"), span(cell["epochs"], "{:g}"),
                    fmt(cell["images"], "{:.0f}"), fmt(cell["best_accuracy"], "{:.4f}"),
-                   "! over 1 run missed" if cell["marked"] else ""]
+                   "! over 1 run missed" if cell["marked"] else "", outside_label(cell)]
 
 
 def markdown(report: dict) -> str:
@@ -52,7 +54,9 @@ def markdown(report: dict) -> str:
              "target (start-up and every evaluation included), over the runs that converged; "
              "epochs and images: training epochs and images up to that one; converged: runs that "
              "reached the target / runs; best acc.: the best validation accuracy of each run; "
-             f"`!`: more than {to_target.MAX_MISSES} run missed the target.", "",
+             f"`!`: more than {to_target.MAX_MISSES} run missed the target; outside CPU: what "
+             "other processes used during the cell's runs (the worst run), as a share of the "
+             f"machine, `!` over {BUSY_SHARE:.0%}: not to be trusted.", "",
              *tables.markdown(COLUMNS, map(row, report["cells"]))]
     return "\n".join(lines) + "\n"
 
