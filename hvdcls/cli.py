@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -183,9 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SETTING = re.compile(r"^[A-Za-z_][\w.]*=")  # key=value (a config key first: not --slow-rank's 1=0.5)
+
+
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    """Like parse_args, but `key=value` overrides may sit between or after the flags."""
-    args, extra = parser.parse_known_args(argv)
+    """Like parse_args, but `key=value` overrides may sit between or after the flags (for the
+    bench also right after a flag of several values, `--np 1 2 key=value`, which argparse would
+    otherwise take for one of them)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    settings = [item for item in argv[1:] if SETTING.match(item)] if argv[:1] == ["bench"] else []
+    args, extra = parser.parse_known_args([item for item in argv if item not in settings])
+    extra = [*extra, *settings]
     overrides = [item for item in extra if "=" in item and not item.startswith("-")]
     unknown = [item for item in extra if item not in overrides]
     if unknown or (overrides and not hasattr(args, "overrides")):

@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import Optional
 
 from hvdcls import fileio, launch, registry
-from hvdcls.bench import guard, matrix, to_target
+from hvdcls.bench import accuracy_peers, guard, matrix, to_target
 from hvdcls.errors import UserError
 from hvdcls.flags import option
 
 # The throughput bench's flags that mean the same here; its others measure steps only.
 SHARED = ("backends", "nps", "batch_sizes")
+RUNNERS = ("hvdcls", *accuracy_peers.SCRIPTS)
 
 
 @dataclass
@@ -48,6 +49,10 @@ class AccuracySpec:
                               "cross (per 256 images, as hvdcls train --lr); default: the config's")
     optimizers: list[str] = option([], flag="--optimizer", help="with --to-accuracy: "
                                    "optimizer.name values to cross; default: the config's")
+    runners: list[str] = option(["hvdcls"], choices=RUNNERS, help="with --to-accuracy: hvdcls and "
+                                "the plain references beside it (ddp: torchrun + DDP at each torch "
+                                "cell's np; keras: one process of Keras fit at each TensorFlow "
+                                "cell's global batch; digits and compact_cnn only)")
     backends: list[str] = option(["torch", "tensorflow"], flag=None)  # the bench's own flags
     nps: list[int] = option([1, 2], flag=None)
     batch_sizes: list[int] = option([16], flag=None)
@@ -70,19 +75,51 @@ class Cell:
 
 
 def cells(spec: AccuracySpec) -> list[Cell]:
+    """The hvdcls cells of the product, then each peer's cells beside them (a Keras cell is one
+    process at the hvdcls cell's global batch; cells met twice are run once)."""
     lrs: list[Optional[float]] = [*spec.lrs] or [None]  # None: the config's
     optimizers: list[Optional[str]] = [*spec.optimizers] or [None]
-    return [Cell(b, n, bs, lr, opt) for b, n, bs, lr, opt in itertools.product(
+    base = [Cell(b, n, bs, lr, opt) for b, n, bs, lr, opt in itertools.product(
         spec.backends, spec.nps, spec.batch_sizes, lrs, optimizers)]
+    out = base if "hvdcls" in spec.runners else []
+    for runner in accuracy_peers.SCRIPTS:
+        if runner in spec.runners:
+            out += [replace(c, runner=runner, np=c.np if runner == "ddp" else 1,
+                            batch_size=c.batch_size if runner == "ddp" else c.batch_size * c.np)
+                    for c in base if c.backend == accuracy_peers.BACKEND[runner]]
+    return list(dict.fromkeys(out))
 
 
-def train_command(cell: Cell, spec: AccuracySpec, run_dir: Path) -> list[str]:
-    """The launch: hvdcls train under horovodrun (np>1) with the stop at the target. Checkpoints
-    only at the end (after the clock has stopped): a save each epoch is not what is timed."""
+def resolve(cell: Cell, spec: AccuracySpec, run: int = 0):
+    """hvdcls's config for run `run` (0-based) of the cell: run k trains with the settings'
+    training.seed + k (for the digits, their split too), the same k in every cell."""
+    return accuracy_peers.resolve(spec.overrides, spec.max_epochs, cell.batch_size, cell.lr,
+                                  cell.optimizer, run)
+
+
+def command(cell: Cell, spec: AccuracySpec, run_dir: Path, run: int = 0) -> list[str]:
+    """The launch of run `run` of the cell: hvdcls train, or a peer's script with hvdcls's
+    recipe (its split written first, outside the clock)."""
+    assert spec.target is not None
+    config = resolve(cell, spec, run)
+    if cell.runner == "hvdcls":
+        return train_command(cell, spec, run_dir, config.training.seed)
+    split = accuracy_peers.write_split(config, run_dir.parent.parent / f"digits-seed{config.training.seed}.npz")
+    script_flags = ["--data", str(split), "--out", str(run_dir),
+                    "--threads", str(matrix.threads_per_rank(cell.np)),
+                    *accuracy_peers.flags(config, cell.np, spec.target)]
+    return accuracy_peers.command(cell.runner, cell.np, matrix.BASELINES_DIR, script_flags)
+
+
+def train_command(cell: Cell, spec: AccuracySpec, run_dir: Path, seed: Optional[int] = None) -> list[str]:
+    """hvdcls train under horovodrun (np>1) with the stop at the target. Checkpoints only at
+    the end (after the clock has stopped): a save each epoch is not what is timed."""
     assert spec.target is not None
     args = ["train", "--backend", cell.backend, "--batch-size", str(cell.batch_size),
             "--epochs", str(spec.max_epochs), "--output-dir", str(run_dir), "--quiet",
             *spec.overrides, f"training.target_accuracy={spec.target}", "output.checkpoint_every=0"]
+    if seed is not None:
+        args.append(f"training.seed={seed}")
     if cell.lr is not None:
         args += ["--lr", str(cell.lr)]
     if cell.optimizer is not None:
@@ -104,23 +141,25 @@ def read_records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run_once(cell: Cell, spec: AccuracySpec, run_dir: Path) -> dict:
+def run_once(cell: Cell, spec: AccuracySpec, run_dir: Path, run: int = 0) -> dict:
     """One launch of one cell: to_target.run_result, or {"error": ...}."""
     assert spec.target is not None
+    cmd = command(cell, spec, run_dir, run)
     with guard.CpuGuard() as watch:  # what else used the machine meanwhile
         launched = time.time()  # before the ranks start: their start-up is part of the time
-        result = matrix.launch_group(train_command(cell, spec, run_dir), environment(cell), spec.timeout)
+        result = matrix.launch_group(cmd, environment(cell), spec.timeout)
         ended = time.time()
     if result.returncode != 0 or not (run_dir / "metrics.jsonl").exists():
         tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
         return {"error": f"exit {result.returncode}: " + " | ".join(tail)}
     summary = json.loads((run_dir / "summary.json").read_text())
+    config = resolve(cell, spec, run)
     return {**to_target.run_result(read_records(run_dir), spec.target, launched),
-            "launch_seconds": ended - launched, "outside": watch.outside,
+            "launch_seconds": ended - launched, "outside": watch.outside, "seed": config.training.seed,
             "summary_seconds_to_target": summary.get("seconds_to_target"),
             "versions": summary.get("versions", {}), "model": summary.get("model"),
-            "dataset": summary.get("dataset"), "global_batch": cell.batch_size * cell.np,
-            "lr": summary["config"]["optimizer"]["lr"], "optimizer": summary["config"]["optimizer"]["name"]}
+            "dataset": summary.get("dataset", "digits"), "global_batch": cell.batch_size * cell.np,
+            "lr": config.optimizer.lr, "optimizer": config.optimizer.name}
 
 
 def run_all(todo: list[Cell], spec: AccuracySpec, scratch: Path, bar) -> list[dict]:
@@ -130,7 +169,7 @@ def run_all(todo: list[Cell], spec: AccuracySpec, scratch: Path, bar) -> list[di
     for index in range(spec.runs):
         for cell in todo:
             if cell not in errors:
-                one = run_once(cell, spec, scratch / cell.name() / f"run-{index + 1}")
+                one = run_once(cell, spec, scratch / cell.name() / f"run-{index + 1}", index)
                 if "error" in one:
                     errors[cell] = one["error"]
                 else:
@@ -167,6 +206,10 @@ def validate(spec: AccuracySpec) -> None:
     bad = [item for item in spec.overrides if "=" not in item]
     if bad:
         raise UserError(f"{bad[0]!r} is not key=value (e.g. optimizer.lr=0.05)")
+    for cell in cells(spec):  # a bad setting or what a peer cannot do: before any launch
+        config = resolve(cell, spec)
+        if cell.runner != "hvdcls":
+            accuracy_peers.check(config)
 
 
 def from_args(args) -> AccuracySpec:

@@ -7,7 +7,7 @@ import pytest
 
 from hvdcls import cli
 from hvdcls import config as cfg
-from hvdcls.bench import accuracy, accuracy_report, to_target
+from hvdcls.bench import accuracy, accuracy_peers, accuracy_report, to_target
 from hvdcls.errors import UserError
 
 LAUNCHED = 1000.0
@@ -148,3 +148,37 @@ def test_the_table_names_misses_failures_and_marks(tmp_path):
     accuracy_report.write_outputs(report, tmp_path)
     assert (tmp_path / "bench.png").stat().st_size > 0 and not list(tmp_path.glob("*.tmp"))
     assert math.isclose(good["seconds"]["median"], 15.0)
+
+
+def test_peers_stand_beside_their_backends_cells():
+    todo = accuracy.cells(spec(nps=[1, 2], batch_sizes=[16], runners=["hvdcls", "ddp", "keras"]))
+    ddp = [(c.np, c.batch_size) for c in todo if c.runner == "ddp"]
+    keras = [(c.backend, c.np, c.batch_size) for c in todo if c.runner == "keras"]
+    assert ddp == [(1, 16), (2, 16)]  # torchrun at each torch cell's np
+    assert keras == [("tensorflow", 1, 16), ("tensorflow", 1, 32)]  # one process, same global batch
+    assert len([c for c in todo if c.runner == "hvdcls"]) == 4
+
+
+def test_a_peer_gets_hvdcls_recipe_scaled_for_its_world(tmp_path):
+    config = accuracy_peers.resolve([], 6, 16, None, None, seed_offset=2)
+    assert config.training.seed == 2
+    flags = accuracy_peers.flags(config, 2, 0.9)
+    value = {flag: flags[i + 1] for i, flag in enumerate(flags) if flag.startswith("--")}
+    assert float(value["--lr"]) == pytest.approx(0.4 * 32 / 256)  # the digits' 0.4 per 256, global 32
+    assert value["--epochs"] == "6" and value["--image-size"] == "16" and value["--hflip"] == "0.0"
+    assert float(value["--warmup-epochs"]) == 1.0 and value["--schedule"] == "cosine"
+    assert flags[flags.index("--scale") + 1:flags.index("--scale") + 3] == ["0.7", "1.0"]
+    cmd = accuracy.command(accuracy.Cell("torch", 2, 16, runner="ddp"), spec(), tmp_path / "c" / "run-1")
+    assert Path(cmd[0]).name == "torchrun" and "--nproc_per_node=2" in cmd
+    assert any(part.endswith("ddp_train_torch.py") for part in cmd)
+    split = tmp_path / "digits-seed0.npz"
+    assert split.exists() and cmd[cmd.index("--data") + 1] == str(split)
+
+
+@pytest.mark.parametrize("setting", ["model.name=resnet18", "optimizer.name=adam", "data.name=synthetic",
+                                     "schedule.name=step", "training.label_smoothing=0.1"])
+def test_what_a_peer_cannot_reproduce_is_one_line_exit_2(setting, capsys):
+    assert cli.main(["bench", "--to-accuracy", "0.8", "--runners", "hvdcls", "ddp", "--np", "1",
+                     setting]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--runners" in err
