@@ -150,8 +150,7 @@ def run_bench(a: argparse.Namespace) -> int:
         report = accuracy.run(accuracy.from_args(a), a.output_dir, progress=not a.quiet)
         print(importlib.import_module("hvdcls.bench.accuracy_report").markdown(report))
         return 1 if any("error" in c for c in report["cells"]) else 0
-    if a.overrides:
-        raise UserError(f"{a.overrides[0]}: key=value settings go with --to-accuracy (hvdcls train's keys)")
+    importlib.import_module("hvdcls.bench.accuracy").refuse_without_target(a)
     bench = importlib.import_module("hvdcls.bench.matrix")
     report = bench.run(flags.from_args(bench.BenchSpec, a), a.output_dir, progress=not a.quiet)
     print(importlib.import_module("hvdcls.bench.report").markdown(report))

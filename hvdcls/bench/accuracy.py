@@ -229,6 +229,18 @@ def from_args(args) -> AccuracySpec:
     return spec
 
 
+def refuse_without_target(args) -> None:
+    """--runs, --lr ... given to the throughput bench would be ignored: one line instead."""
+    from hvdcls import flags
+
+    defaults = AccuracySpec()
+    given = [flag for fld, flag in flags.flagged_fields(AccuracySpec)
+             if getattr(args, fld.name) != getattr(defaults, fld.name)]
+    if given or getattr(args, "overrides", None):
+        what = ", ".join(given) or args.overrides[0]
+        raise UserError(f"{what}: only with --to-accuracy TARGET (key=value settings: hvdcls train's keys)")
+
+
 def run(spec: AccuracySpec, output_dir: Path, progress: bool = True) -> dict:
     from tqdm import tqdm
 

@@ -17,8 +17,6 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
-
 from hvdcls import config as cfg
 from hvdcls.bench import peers
 from hvdcls.config import Config, peak_lr
@@ -81,6 +79,8 @@ def write_split(config: Config, path: Path) -> Path:
     """The digits as hvdcls splits them for this config's seed, as uint8 arrays, once."""
     if path.exists():
         return path
+    import numpy as np  # here: `hvdcls --help` builds the bench's flags from this package
+
     from hvdcls.data import datasets
 
     data = datasets.digits(config)

@@ -121,8 +121,10 @@ def test_bad_accuracy_flags_are_one_line_exit_2(args, capsys):
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
-def test_settings_without_to_accuracy_are_refused(capsys):
-    assert cli.main(["bench", "optimizer.lr=0.1"]) == 2
+@pytest.mark.parametrize("args", [["optimizer.lr=0.1"], ["--runs", "2"], ["--runners", "ddp"],
+                                  ["--max-epochs", "3"]])
+def test_accuracy_settings_without_to_accuracy_are_refused(args, capsys):
+    assert cli.main(["bench", *args]) == 2
     assert "--to-accuracy" in capsys.readouterr().err
 
 
@@ -182,3 +184,29 @@ def test_what_a_peer_cannot_reproduce_is_one_line_exit_2(setting, capsys):
                      setting]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--runners" in err
+
+
+def test_the_peers_learning_rate_curve_is_hvdcls_schedule(monkeypatch):
+    """benchmarks/accuracy_common.lr_at, given a peer's flags, follows hvdcls's schedule step for
+    step (warmup from a tenth of the peak, then cosine) for the digits recipe at np=2."""
+    import argparse
+    import sys
+
+    from hvdcls.training import schedule
+
+    monkeypatch.syspath_prepend(str(Path(accuracy.matrix.BASELINES_DIR)))
+    sys.modules.pop("accuracy_common", None)
+    import accuracy_common
+
+    config = accuracy_peers.resolve([], 6, 16, None, None)
+    flags = accuracy_peers.flags(config, 2, 0.9)
+    value = {flag[2:].replace("-", "_"): flags[i + 1] for i, flag in enumerate(flags) if flag.startswith("--")}
+    args = argparse.Namespace(lr=float(value["lr"]), epochs=6, schedule="cosine",
+                              warmup_epochs=float(value["warmup_epochs"]),
+                              warmup_start_factor=float(value["warmup_start_factor"]),
+                              min_lr_factor=float(value["min_lr_factor"]))
+    steps = 1617 // 32
+    ours = schedule.build(config.optimizer, config.schedule, world_size=2, backward_passes=1,
+                          steps_per_epoch=steps, epochs=6, batch_size=16)
+    for step in range(6 * steps):
+        assert accuracy_common.lr_at(args, step, steps) == pytest.approx(ours(step), rel=1e-12)
