@@ -111,13 +111,18 @@ def command(cell: Cell, spec: AccuracySpec, run_dir: Path, run: int = 0) -> list
     return accuracy_peers.command(cell.runner, cell.np, matrix.BASELINES_DIR, script_flags)
 
 
+# Before the user's settings, which may turn them back on: no checkpoint but the last (saved
+# after the clock stops), and neither report.png nor TensorBoard scalars, redrawn or written
+# every epoch (about 1.5 s of CPU for a 1-epoch digits run; docs/testing.md) and not training.
+QUIET_OUTPUTS = ("output.checkpoint_every=0", "output.report=false", "output.tensorboard=false")
+
+
 def train_command(cell: Cell, spec: AccuracySpec, run_dir: Path, seed: Optional[int] = None) -> list[str]:
-    """hvdcls train under horovodrun (np>1) with the stop at the target. Checkpoints only at
-    the end (after the clock has stopped): a save each epoch is not what is timed."""
+    """hvdcls train under horovodrun (np>1) with the stop at the target."""
     assert spec.target is not None
     args = ["train", "--backend", cell.backend, "--batch-size", str(cell.batch_size),
             "--epochs", str(spec.max_epochs), "--output-dir", str(run_dir), "--quiet",
-            *spec.overrides, f"training.target_accuracy={spec.target}", "output.checkpoint_every=0"]
+            *QUIET_OUTPUTS, *spec.overrides, f"training.target_accuracy={spec.target}"]
     if seed is not None:
         args.append(f"training.seed={seed}")
     if cell.lr is not None:
