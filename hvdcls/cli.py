@@ -8,6 +8,7 @@
     hvdcls timeline PATH [--json]           Horovod's timeline as a few numbers (communication share)
     hvdcls report RUN_DIR [RUN_DIR ...]     runs side by side: a PNG and a Markdown table
     hvdcls bench [--np 1 2] [--model ...]   step throughput beside DDP and raw Horovod
+    hvdcls bench --to-accuracy 0.9          seconds, epochs and images to a validation accuracy
     hvdcls serve --hosts a:2,b:2            a job queue over HTTP; then submit, jobs, status,
                                             logs -f, cancel (hvdcls/serve/commands.py)
     hvdcls serve --executor slurm           the same, each job an sbatch job; slurm-script prints one
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -178,6 +180,12 @@ def add_report(sub) -> None:
 
 
 def run_bench(a: argparse.Namespace) -> int:
+    if a.target is not None:  # --to-accuracy: train to a target instead of timing steps
+        accuracy = importlib.import_module("hvdcls.bench.accuracy")
+        report = accuracy.run(accuracy.from_args(a), a.output_dir, progress=not a.quiet)
+        print(importlib.import_module("hvdcls.bench.accuracy_report").markdown(report))
+        return 1 if any("error" in c for c in report["cells"]) else 0
+    importlib.import_module("hvdcls.bench.accuracy").refuse_without_target(a)
     bench = importlib.import_module("hvdcls.bench.matrix")
     report = bench.run(flags.from_args(bench.BenchSpec, a), a.output_dir, progress=not a.quiet)
     print(importlib.import_module("hvdcls.bench.report").markdown(report))
@@ -189,6 +197,9 @@ def add_bench(sub) -> None:
     parser = sub.add_parser("bench", help="throughput over backend x processes x compression x batch "
                             "x model, beside DDP and raw Horovod (bench.json, bench.md, bench.png)")
     flags.add_flags(parser, importlib.import_module("hvdcls.bench.matrix").BenchSpec)  # its fields
+    # --to-accuracy and its own flags; key=value settings (for its launches) come as overrides
+    flags.add_flags(parser, importlib.import_module("hvdcls.bench.accuracy").AccuracySpec)
+    parser.set_defaults(overrides=[])
     parser.add_argument("--output-dir", type=Path, default=Path("runs/bench"))
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run_bench)
@@ -207,9 +218,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SETTING = re.compile(r"^[A-Za-z_][\w.]*=")  # key=value (a config key first: not --slow-rank's 1=0.5)
+
+
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    """Like parse_args, but `key=value` overrides may sit between or after the flags."""
-    args, extra = parser.parse_known_args(argv)
+    """Like parse_args, but `key=value` overrides may sit between or after the flags (for the
+    bench also right after a flag of several values, `--np 1 2 key=value`, which argparse would
+    otherwise take for one of them)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    settings = [item for item in argv[1:] if SETTING.match(item)] if argv[:1] == ["bench"] else []
+    args, extra = parser.parse_known_args([item for item in argv if item not in settings])
+    extra = [*extra, *settings]
     overrides = [item for item in extra if "=" in item and not item.startswith("-")]
     unknown = [item for item in extra if item not in overrides]
     if unknown or (overrides and not hasattr(args, "overrides")):

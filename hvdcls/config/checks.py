@@ -107,6 +107,7 @@ def validate(config: Config) -> None:
         # inside the backward pass, beside the gradients' own.
         raise UserError("config training.activation_checkpointing=true with horovod.sync_bn=true: "
                         "the recomputed forward would repeat the batch-norm all-reduces; use one or the other")
+    _validate_target(config.training)
     if not 0 <= config.training.label_smoothing < 1:
         raise UserError(f"config training.label_smoothing={config.training.label_smoothing}: "
                         "must be in [0, 1)")
@@ -165,6 +166,18 @@ def _validate_lr(optimizer: OptimizerConfig, training: TrainingConfig) -> None:
         raise UserError("config optimizer.lr=auto with training.elastic=true: the range test runs "
                         "before training, outside the elastic loop; give optimizer.lr a number "
                         "(`hvdcls lr-find` finds one)")
+
+
+def _validate_target(training: TrainingConfig) -> None:
+    target = training.target_accuracy
+    if target is None:
+        return
+    if not 0 < target <= 1:  # NaN too
+        raise UserError(f"config training.target_accuracy={target}: a validation accuracy in (0, 1] "
+                        "(or null: train every epoch)")
+    if training.elastic:
+        raise UserError("config training.target_accuracy with training.elastic=true: the elastic "
+                        "loop does not stop early yet; use one or the other")
 
 
 def not_a_choice(key: str, value: Any) -> UserError:

@@ -173,6 +173,9 @@ class BalancingConfig:
 @dataclass
 class TrainingConfig:
     epochs: int = 10
+    # Stop after the first epoch whose validation accuracy (reduced over every rank, so every
+    # rank decides alike) reaches this; None: train every epoch. `hvdcls bench --to-accuracy`.
+    target_accuracy: Optional[float] = None
     batch_size: int = 32  # per worker, per backward pass
     seed: int = 0
     amp: bool = False

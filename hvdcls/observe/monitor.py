@@ -79,6 +79,9 @@ class EpochRecord:
     # (images/s) that chose them; None with balance=off (and speeds with balance=fixed)
     balance_batches: Optional[list] = None
     balance_speeds: Optional[list] = None
+    # rank 0's Unix time once the epoch's evaluation ended (time to a target accuracy is read
+    # from it against the launch's start: hvdcls.bench.to_target); None in older records
+    wall_time: Optional[float] = None
 
     def as_dict(self) -> dict:
         return asdict(self)

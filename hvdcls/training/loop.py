@@ -143,7 +143,7 @@ def shifted(lr_at: Callable[[Any], float], first: float) -> Callable[[int], floa
 def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seconds: float,
                  epoch_seconds: float, times: EpochTimes, world_size: int,
                  steps: int, ema_val: Optional[Reduced] = None,
-                 plan: Optional[balance.Plan] = None) -> EpochRecord:
+                 plan: Optional[balance.Plan] = None, wall_time: Optional[float] = None) -> EpochRecord:
     """One epoch's line of metrics.jsonl from its reduced metrics and rank 0's timings (and
     the model EMA's validation, and the balancer's plan in force, where there are ones)."""
     allreduce_share = None if times.allreduce is None else times.allreduce / train_seconds
@@ -158,7 +158,8 @@ def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seco
         ema_val_loss=ema_val.loss if ema_val else None,
         ema_val_accuracy=ema_val.accuracy if ema_val else None,
         balance_batches=None if plan is None else list(plan.batches),
-        balance_speeds=None if plan is None or plan.speeds is None else [round(v, 3) for v in plan.speeds])
+        balance_speeds=None if plan is None or plan.speeds is None else [round(v, 3) for v in plan.speeds],
+        wall_time=wall_time)
 
 
 def world_hosts(backend: Backend, ctx: Context) -> dict[str, int]:
@@ -247,9 +248,19 @@ class Trainer:
         for epoch in range(start_epoch, self.config.training.epochs):
             started = time.perf_counter()
             train, train_seconds, lr, times = self.train_epoch(epoch)
-            self.end_epoch(epoch, train, lr, train_seconds, times, self.steps_per_epoch,
-                           started)
+            record = self.end_epoch(epoch, train, lr, train_seconds, times,
+                                    self.steps_per_epoch, started)
+            if self.reached_target(record):
+                self.outputs.say(f"validation accuracy {record.val_accuracy:.4f} reached "
+                                 f"training.target_accuracy={self.config.training.target_accuracy:g} "
+                                 f"after epoch {record.epoch}: stopping")
+                break
         return self.outputs.history
+
+    def reached_target(self, record: EpochRecord) -> bool:
+        """training.target_accuracy met? The accuracy is reduced over ranks: all answer alike."""
+        target = self.config.training.target_accuracy
+        return target is not None and record.val_accuracy >= target
 
     def train_epoch(self, epoch: int) -> tuple[Reduced, float, float, EpochTimes]:
         """One pass over this rank's shard; returns (reduced metrics, seconds, last lr, times)."""
@@ -378,12 +389,14 @@ class Trainer:
                 ema_val = self.evaluate()
         seconds = train_seconds if started is None else time.perf_counter() - started
         record = epoch_record(epoch, train, val, lr, train_seconds, seconds, times,
-                              self.ctx.size, steps, ema_val, self.rebalancer.plan if self.rebalancer else None)
+                              self.ctx.size, steps, ema_val, self.rebalancer.plan if self.rebalancer else None,
+                              wall_time=time.time())
         self.phases.enter(RECORDING)
         self.outputs.add_epoch(record)
         self.monitor.epoch(record, self.outputs.history)
         epochs = self.config.training.epochs
-        if checkpoint.due(epoch + 1, epochs, self.config.output.checkpoint_every):
+        # the epoch that meets the target is the run's last: saved like the last one
+        if checkpoint.due(epoch + 1, epochs, self.config.output.checkpoint_every) or self.reached_target(record):
             self.save(epoch + 1)
         return record
 

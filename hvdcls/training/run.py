@@ -476,6 +476,7 @@ def make_summary(config: cfg.Config, ctx: Context, data: Data, model_info: dict,
         "val_loss": history[-1].val_loss if history else None,
         "images_per_sec": images / seconds if seconds else None,
         "wall_seconds": time.time() - started,
+        **target_facts(config.training.target_accuracy, history, started),
         "resumed_from": str(resumed.directory) if resumed else None,
         "device": ctx.device, "threads_per_process": ctx.threads,
         "model_info": model_info,
@@ -483,6 +484,14 @@ def make_summary(config: cfg.Config, ctx: Context, data: Data, model_info: dict,
         "versions": {"hvdcls": __version__, "python": platform.python_version(), **ctx.versions},
         "config": cfg.to_dict(config),
     }
+
+
+def target_facts(target: Optional[float], history: list[EpochRecord], started: float) -> dict:
+    """training.target_accuracy's outcome: the first epoch that met it (None: none did) and the
+    seconds from this process's start to the end of that epoch's evaluation."""
+    hit = next((r for r in history if target is not None and r.val_accuracy >= target), None)
+    return {"target_accuracy": target, "reached_target_epoch": hit.epoch if hit else None,
+            "seconds_to_target": hit.wall_time - started if hit and hit.wall_time else None}
 
 
 def run(backend_name: str, config_file: Optional[Path], overrides: list[str], flags: dict) -> int:

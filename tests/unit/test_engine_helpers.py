@@ -92,7 +92,7 @@ RECORD_KEYS = {"epoch", "train_loss", "train_accuracy", "val_loss", "val_accurac
                "world_size", "steps", "data_wait_seconds", "data_wait_share", "step_seconds",
                "allreduce_wait_seconds", "allreduce_share", "allreduce_bytes_per_step",
                "ema_val_loss", "ema_val_accuracy",
-               "balance_batches", "balance_speeds"}
+               "balance_batches", "balance_speeds", "wall_time"}
 
 
 def test_epoch_record_is_the_metrics_line():
@@ -172,3 +172,25 @@ def test_step_loop_groups_times_tallies_and_calls_the_hook():
     assert tally.lr == pytest.approx(0.3)
     assert [(s.step, s.images) for s in sink.samples] == [(5, 4), (6, 4), (7, 4)]
     assert times.step == pytest.approx(sum(s.seconds for s in sink.samples))
+
+
+def test_run_stops_after_the_epoch_that_reaches_the_target():
+    """training.target_accuracy: the epoch at or above it is the last one trained."""
+    config = cfg.load(overrides=["training.epochs=6", "training.target_accuracy=0.8", "training.batch_size=2",
+                                 "output.checkpoint_every=0"])
+    ctx = Context("torch", 0, 1, 0, 1, "gloo", "cpu", 1)
+    data = SimpleNamespace(train=[0] * 8, val=[], name="fake", augment={}, num_classes=2)
+    trainer = Trainer(config, CountingBackend(), ctx, data, RunOutputs("unused", enabled=False))
+    accuracies = iter([0.5, 0.79, 0.8, 0.9, 0.95, 0.99])
+    trainer.train_epoch = lambda epoch: (Reduced(1.0, 0.5, 8), 1.0, 0.1, EpochTimes())
+
+    def end_epoch(epoch, train, lr, seconds, times, steps, started):
+        val = Reduced(0.5, next(accuracies), 4)
+        record = epoch_record(epoch, train, val, lr, seconds, seconds, times, 1, steps, wall_time=1.0)
+        trainer.outputs.add_epoch(record)
+        return record
+
+    trainer.end_epoch = end_epoch
+    history = trainer.run(0, [])
+    assert [r.val_accuracy for r in history] == [0.5, 0.79, 0.8]
+    assert trainer.reached_target(history[-1]) and not trainer.reached_target(history[1])

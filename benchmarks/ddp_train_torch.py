@@ -1,0 +1,119 @@
+"""Peer for `hvdcls bench --to-accuracy`: the plain PyTorch reference, torchrun + DDP (gloo on
+CPU), training compact_cnn on the .npz split until the validation accuracy reaches --target.
+
+    torchrun --standalone --nproc_per_node 2 benchmarks/ddp_train_torch.py --data d.npz \
+        --out runs/ddp --target 0.9 --epochs 10 --batch-size 16 --lr 0.05 --image-size 16
+
+What a torch user would write: torchvision transforms on PIL images (RandomResizedCrop at
+--scale/--ratio, optional flip, Normalize), a DistributedSampler, DDP, SGD (L2 weight decay on
+every parameter, as torch's SGD takes it) or AdamW, the rate set per step (accuracy_common.lr_at),
+evaluation every epoch on each rank's share of the validation set, summed with all_reduce.
+The model is compact_cnn as hvdcls describes it (hvdcls/models.py), written out here.
+"""
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from accuracy_common import Records, load, lr_at, parse, write_summary
+from PIL import Image
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torchvision import transforms
+
+
+def compact_cnn(num_classes: int) -> nn.Module:
+    """(conv3x3-BN-ReLU) x2, max pool, x2 stages of 32 then 64 filters; global average pool;
+    linear head. He-normal (fan_out) convs, Glorot head with zero bias."""
+    layers, channels = [], 3
+    for filters in (32, 32, "pool", 64, 64, "pool"):
+        if filters == "pool":
+            layers.append(nn.MaxPool2d(2))
+            continue
+        conv = nn.Conv2d(channels, filters, 3, padding=1, bias=False)
+        nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
+        layers += [conv, nn.BatchNorm2d(filters, eps=1e-5, momentum=0.1), nn.ReLU(inplace=True)]
+        channels = filters
+    head = nn.Linear(channels, num_classes)
+    nn.init.xavier_uniform_(head.weight)
+    nn.init.zeros_(head.bias)
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), head)
+
+
+class Arrays(Dataset):
+    def __init__(self, images: np.ndarray, labels: np.ndarray, transform):
+        self.images, self.labels, self.transform = images, labels, transform
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int):
+        return self.transform(Image.fromarray(self.images[index]).convert("RGB")), int(self.labels[index])
+
+
+def transforms_for(args):
+    normalise = [transforms.ToTensor(), transforms.Normalize(args.mean, args.std)]
+    train = transforms.Compose([transforms.RandomResizedCrop(args.image_size, tuple(args.scale),
+                                                             tuple(args.ratio)),
+                                transforms.RandomHorizontalFlip(args.hflip), *normalise])
+    return train, transforms.Compose([transforms.Resize((args.image_size, args.image_size)), *normalise])
+
+
+def make_optimizer(args, params):
+    if args.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
+    return torch.optim.SGD(params, lr=args.lr, momentum=args.momentum, nesterov=args.nesterov,
+                           weight_decay=args.weight_decay)
+
+
+def evaluate(model, images, labels, transform, rank: int, world: int) -> float:
+    """Accuracy over the whole validation set: this rank's every world-th image, summed."""
+    model.eval()
+    shard = Arrays(images[rank::world], labels[rank::world], transform)
+    correct = torch.zeros(2)
+    with torch.no_grad():
+        for x, y in DataLoader(shard, batch_size=256):
+            correct += torch.tensor([(model(x).argmax(1) == y).sum().item(), len(y)], dtype=torch.float32)
+    dist.all_reduce(correct)
+    model.train()
+    return float(correct[0] / correct[1])
+
+
+def main() -> None:
+    args = parse(__doc__.splitlines()[0])
+    started = time.time()
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(args.seed)  # the same initial weights everywhere (DDP broadcasts rank 0's too)
+    data = load(args.data)
+    train_tf, eval_tf = transforms_for(args)
+    train = Arrays(data["train_images"], data["train_labels"], train_tf)
+    sampler = DistributedSampler(train, world, rank, shuffle=True, seed=args.seed, drop_last=True)
+    loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    model = nn.parallel.DistributedDataParallel(compact_cnn(int(data["train_labels"].max()) + 1))
+    optimizer = make_optimizer(args, model.parameters())
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
+    records, steps, reached = Records(args.out, rank == 0), len(loader), None
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        for i, (x, y) in enumerate(loader):
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(args, epoch * steps + i, steps)
+            optimizer.zero_grad(set_to_none=True)
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+        accuracy = evaluate(model, data["val_images"], data["val_labels"], eval_tf, rank, world)
+        records.add(epoch + 1, accuracy, steps * args.batch_size * world)
+        if accuracy >= args.target:  # the same all-reduced figure on every rank: all stop alike
+            reached = epoch + 1
+            break
+    if rank == 0:
+        write_summary(args.out, {"runner": "ddp", "world_size": world, "reached_target_epoch": reached,
+                                 "wall_seconds": time.time() - started, "model": "compact_cnn",
+                                 "versions": {"torch": torch.__version__}})
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
