@@ -43,7 +43,7 @@ from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches
 from hvdcls.errors import UserError
 from hvdcls.horovod_backend import HorovodBackend
-from tf_backend import compiled, data, elastic, models, optimizers, recompute, sync_bn
+from tf_backend import compiled, data, elastic, models, optimizers, recompute, sync_bn, zero
 from tf_backend.compression import PowerSGDReducer
 
 CHECKPOINT_FILE = "tensorflow.npz"
@@ -119,6 +119,7 @@ class TensorFlowBackend(HorovodBackend):
         policy = amp_policy(config, self.device != "cpu")
         keras.mixed_precision.set_global_policy(policy or "float32")
         self.loss_scaled = policy == "mixed_float16"
+        zero.refuse_what_breaks(training.zero, self.loss_scaled)  # training.zero: torch only, so far
         if self.loss_scaled and training.grad_clip_norm:
             raise UserError("training.grad_clip_norm with float16 mixed precision is not supported "
                             "by the tensorflow backend: use training.amp_dtype=bfloat16")
