@@ -5,8 +5,9 @@ unsharded optimizer's, in one launch per backend.
 
 Per case (an optimizer, and settings), one backend per training.zero level is built from the
 same seed (and rank 0's weights, broadcast) and takes the same two steps on this rank's batches;
-then each one's optimizer state is gathered as for a checkpoint (prepare_checkpoint) and a fresh
-backend of the same level loads rank 0's checkpoint and takes a third step, as does zero=0's.
+then its optimizer state is gathered as for a checkpoint (prepare_checkpoint) and rank 0 saves
+it; a third step moves the state on, rank 0 loads the checkpoint, it is broadcast (each rank
+cutting its slices) and the third step is taken again.
 Writes OUT_DIR/rank-N.json: per case and level the largest difference from zero=0 of the weights
 after two steps, of the checkpointed optimizer state, and of the weights after the resumed third
 step; the weights' digest; and memory() after the two steps.
@@ -23,11 +24,10 @@ from hvdcls.backend import weights_digest
 
 SIDE, CLASSES, BATCH, LEVELS = 16, 10, 8, (0, 1, 2)
 CASES = {  # name: (overrides, lr)
-    "sgd_momentum": (["optimizer.name=sgd", "optimizer.momentum=0.9", "optimizer.weight_decay=1e-4"], 0.05),
-    "adamw": (["optimizer.name=adamw", "optimizer.weight_decay=0.05"], 1e-3),
     # the global norm over every rank's slices; two backward passes per step
-    "adamw_clip_accumulate": (["optimizer.name=adamw", "training.grad_clip_norm=0.05",
-                               "horovod.backward_passes_per_step=2"], 1e-3),
+    "sgd_momentum_clip_accumulate": (["optimizer.name=sgd", "optimizer.momentum=0.9", "optimizer.weight_decay=1e-4",
+                                      "training.grad_clip_norm=0.05", "horovod.backward_passes_per_step=2"], 0.05),
+    "adamw": (["optimizer.name=adamw", "optimizer.weight_decay=0.05"], 1e-3),
 }
 
 
@@ -49,16 +49,21 @@ def batches(backend, passes: int, step: int, rank: int) -> list:
 
 
 def largest_difference(a: dict, b: dict) -> float:
-    assert a.keys() == b.keys(), (sorted(a), sorted(b))
-    return max(float(np.abs(np.asarray(a[k], np.float64) - np.asarray(b[k], np.float64)).max()) for k in a)
+    """By position: TensorFlow names a second model's variables apart from the first's."""
+    assert len(a) == len(b), (sorted(a), sorted(b))
+    return max(float(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)).max())
+               for x, y in zip(a.values(), b.values()))
 
 
-def optimizer_arrays(backend) -> dict:
-    """The checkpointed (unsharded) optimizer state as arrays by parameter index and key."""
-    backend.prepare_checkpoint()
-    state = backend.optimizer.state_dict()["state"]
-    return {f"{i}.{k}": v.detach().cpu().numpy() for i, entry in state.items() for k, v in entry.items()
-            if hasattr(v, "detach") and v.ndim > 0}
+def checkpoint_arrays(backend_name: str, directory: Path) -> dict:
+    """The optimizer state a checkpoint holds, as arrays by name (0-d bookkeeping left out)."""
+    if backend_name == "torch":
+        import torch
+        state = torch.load(directory / "torch.pt", weights_only=True)["optimizer"]["state"]
+        return {f"{i}.{k}": v.numpy() for i, entry in state.items() for k, v in entry.items()
+                if torch.is_tensor(v) and v.ndim > 0}
+    with np.load(directory / "tensorflow.npz") as arrays:
+        return {k: arrays[k] for k in arrays.files if k.startswith("optimizer/") and arrays[k].ndim > 0}
 
 
 def run_level(backend_name: str, overrides: list, lr: float, zero: int, out: Path) -> dict:
@@ -67,21 +72,21 @@ def run_level(backend_name: str, overrides: list, lr: float, zero: int, out: Pat
         backend.train_step(batches(backend, passes, step, ctx.rank), lr)
     memory = backend.memory()
     after_two = backend.weights()
-    state = optimizer_arrays(backend)
+    backend.prepare_checkpoint()  # every rank: the slices gathered
     checkpoint = out / f"checkpoint-{zero}"
     if ctx.rank == 0:
         checkpoint.mkdir(exist_ok=True)
         backend.save(checkpoint)
-    backend.broadcast_object(None, "saved")  # a barrier: the checkpoint is written
-    resumed, _, _ = build(backend_name, overrides, zero)
-    if ctx.rank == 0:
-        resumed.load(checkpoint)
-    resumed.broadcast_state()
-    resumed.train_step(batches(resumed, passes, 2, ctx.rank), lr)
-    resumed.sync_buffers()
-    third = resumed.weights()
-    return {"after_two": after_two, "state": state, "third": third, "memory": memory,
-            "digest": weights_digest(third), "rank": ctx.rank}
+    backend.train_step(batches(backend, passes, 2, ctx.rank), lr)  # the state moves on ...
+    if ctx.rank == 0:  # ... and the checkpoint puts it back (a fresh build costs TensorFlow a trace)
+        backend.load(checkpoint)
+    backend.broadcast_state()
+    backend.train_step(batches(backend, passes, 2, ctx.rank), lr)
+    backend.sync_buffers()
+    third = {str(i): value for i, value in enumerate(backend.weights().values())}  # by position
+    backend.broadcast_object(None, "saved")  # a barrier: rank 0 wrote the checkpoint long before
+    return {"after_two": after_two, "state": checkpoint_arrays(backend_name, checkpoint), "third": third,
+            "memory": memory, "digest": weights_digest(third), "rank": ctx.rank}
 
 
 def main(backend_name: str, out: Path) -> None:

@@ -1,8 +1,8 @@
 """training.zero under real horovodrun, 2 ranks: one launch per backend of tests/zero_step.py.
 
-Must hold, for SGD with momentum and AdamW (and AdamW with clipping and two backward passes per
-step): zero=1 and zero=2 train as zero=0 does, to 1e-6, after two steps; their checkpointed
-optimizer state is zero=0's (gathered, unsharded); a resume from it takes the same third step;
+Must hold, for SGD with momentum (with clipping and two backward passes per step) and AdamW:
+zero=1 and zero=2 train as zero=0 does, to 1e-6, after two steps; their checkpointed optimizer
+state is zero=0's (gathered, unsharded); a resume from it takes the same third step;
 every rank ends with the same weights; per rank the optimizer state is half of zero=0's (and, for
 zero=2, the gradients too).
 """
@@ -17,7 +17,7 @@ from tests.parallel.test_train import NP, REPO
 from tests.zero_step import CASES
 
 pytestmark = pytest.mark.parallel
-BACKENDS = ["torch"]  # tensorflow refuses training.zero > 0 (docs/training.md)
+BACKENDS = ["torch", "tensorflow"]
 TOLERANCE = 1e-6
 
 

@@ -1,16 +1,10 @@
-"""training.zero on TensorFlow: not built yet, refused with one line before anything is built
-(tf_backend/zero.py); torch's sharded step is tests/torch_backend/test_zero.py's."""
+"""training.zero on TensorFlow in one process: the cases of tests/cases/zero.py."""
 import pytest
 
-from hvdcls import config, registry
-from hvdcls.errors import UserError
+from tests.cases.zero import *  # noqa: F403 (the shared cases, collected here)
+from tests.tf_backend.test_batches import TensorFlowFramework
 
 
-@pytest.mark.parametrize("zero", [1, 2])
-def test_zero_is_refused_in_one_line(zero):
-    backend = registry.create_backend("tensorflow")
-    backend.hvd.init()
-    backend.threads, backend.device = 1, "cpu"
-    with pytest.raises(UserError) as info:
-        backend.build(config.load(overrides=["data.image_size=16", f"training.zero={zero}"]), 4)
-    assert "not supported by the tensorflow backend" in str(info.value) and "\n" not in str(info.value)
+@pytest.fixture(scope="module")
+def framework():
+    return TensorFlowFramework()
