@@ -202,7 +202,8 @@ class Backend(abc.ABC):
 
     def prepare_checkpoint(self) -> None:
         """Called on every rank before rank 0 saves: make rank 0's state stand for all ranks
-        (a collective, where per-rank state exists: PowerSGD's error feedback)."""
+        (a collective, where per-rank state exists: PowerSGD's error feedback, training.zero's
+        optimizer-state slices, gathered into the unsharded layout)."""
         return None
 
     def communication(self) -> Optional[dict]:

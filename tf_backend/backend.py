@@ -43,7 +43,7 @@ from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches
 from hvdcls.errors import UserError
 from hvdcls.horovod_backend import HorovodBackend
-from tf_backend import compiled, data, elastic, models, optimizers, recompute, sync_bn
+from tf_backend import compiled, data, elastic, models, optimizers, recompute, sync_bn, zero
 from tf_backend.compression import PowerSGDReducer
 
 CHECKPOINT_FILE = "tensorflow.npz"
@@ -119,6 +119,7 @@ class TensorFlowBackend(HorovodBackend):
         policy = amp_policy(config, self.device != "cpu")
         keras.mixed_precision.set_global_policy(policy or "float32")
         self.loss_scaled = policy == "mixed_float16"
+        zero.refuse_what_breaks(training.zero, self.loss_scaled)
         if self.loss_scaled and training.grad_clip_norm:
             raise UserError("training.grad_clip_norm with float16 mixed precision is not supported "
                             "by the tensorflow backend: use training.amp_dtype=bfloat16")
@@ -129,11 +130,17 @@ class TensorFlowBackend(HorovodBackend):
             self.model = sync_bn.convert_sync_batchnorm(self.model)  # Horovod: global BN stats
         if training.activation_checkpointing:  # on the final layers, before the step is traced
             recompute.enable(self.model, config.model.name)
-        optimizer = make_optimizer(config)
-        self.optimizer = keras.optimizers.LossScaleOptimizer(optimizer) if self.loss_scaled else optimizer
-        self.optimizer.build(self.model.trainable_variables)  # slots exist before any broadcast
         self.l2 = config.optimizer.weight_decay if config.optimizer.name in L2_ON_GRADIENT else 0.0
         self.clip = training.grad_clip_norm
+        self.sharded: zero.ShardedOptimizer | None = None
+        if training.zero:  # training.zero: the step by slices (tf_backend/zero.py), its optimizer theirs
+            self.sharded = zero.ShardedOptimizer(self.model.trainable_variables, lambda: make_optimizer(config),
+                                                 training.zero, hv.compression == "fp16", self.l2, self.clip)
+            self.optimizer = self.sharded.local
+        else:
+            optimizer = make_optimizer(config)
+            self.optimizer = keras.optimizers.LossScaleOptimizer(optimizer) if self.loss_scaled else optimizer
+            self.optimizer.build(self.model.trainable_variables)  # slots exist before any broadcast
         self.smoothing = training.label_smoothing
         self.compression = hvd.Compression.fp16 if hv.compression == "fp16" else hvd.Compression.none
         self.op = hvd.Adasum if hv.op == "adasum" else hvd.Average
@@ -159,7 +166,7 @@ class TensorFlowBackend(HorovodBackend):
             self.ema = [tf.Variable(tf.identity(v.value), trainable=False) for v in self.ema_sources()]
         return {"parameters": models.count_parameters(self.model), "framework": "tensorflow",
                 "channels_last": True,  # Keras convolutions are NHWC whatever the key says
-                "compile": training.compile,
+                "compile": training.compile, "zero": training.zero,
                 "amp_dtype": policy.removeprefix("mixed_") if policy else None,
                 "horovod": {"compression": hv.compression, "op": hv.op, "sync_bn": hv.sync_bn,
                             "backward_passes_per_step": hv.backward_passes_per_step}}
@@ -208,11 +215,13 @@ class TensorFlowBackend(HorovodBackend):
             return sums
         with tf.GradientTape() as tape:
             logits, loss, scaled = self._forward(images, labels, weight)
-        if self.reducer is not None or self.timed_apart:
+        if self.reducer is not None or self.timed_apart or self.sharded is not None:
             grads = tape.gradient(scaled, tf_variables(self.model.trainable_variables))
             # The mark: the watchdog's phase, and the balancer's time (timed_apart).
             marks = [self._mark_backward_done(grads)] if self.marks_allreduce_wait or self.timed_apart else []
-            if self.reducer is not None:
+            if self.sharded is not None:  # Horovod: reduced, stepped and gathered by slices
+                self.sharded.apply(grads)
+            elif self.reducer is not None:
                 self._apply(self._powersgd(grads, warmup))
             else:
                 # Horovod: one all-reduce per gradient, as DistributedGradientTape issues them:
@@ -272,6 +281,9 @@ class TensorFlowBackend(HorovodBackend):
         return grads, self.sums(loss, logits, labels)
 
     def _apply_accumulated_eager(self, grads, warmup: bool):
+        if self.sharded is not None:  # Horovod: reduced, stepped and gathered by slices
+            self.sharded.apply(grads)
+            return
         if self.reducer is not None:
             self._apply(self._powersgd(grads, warmup))
             return
@@ -376,7 +388,11 @@ class TensorFlowBackend(HorovodBackend):
 
     def save(self, directory: Path) -> None:
         arrays = {f"model/{i}": v.numpy() for i, v in enumerate(self.model.variables)}
-        arrays.update({f"optimizer/{i}": v.numpy() for i, v in enumerate(self.optimizer.variables)})
+        optimizer = self.sharded.gathered if self.sharded else [v.numpy() for v in self.optimizer.variables]
+        assert optimizer is not None  # prepare_checkpoint() gathered the slices
+        if self.sharded is not None:
+            self.sharded.gathered = None  # the unsharded copy lives until it is written
+        arrays.update({f"optimizer/{i}": value for i, value in enumerate(optimizer)})
         arrays.update({f"ema/{i}": v.numpy() for i, v in enumerate(self.ema or [])})
         with open(directory / CHECKPOINT_FILE, "wb") as handle:
             np.savez(handle, **arrays, **(self.reducer.state_arrays() if self.reducer else {}))
@@ -388,13 +404,20 @@ class TensorFlowBackend(HorovodBackend):
                 stored = {key: arrays[key] for key in arrays.files}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
             raise UserError(f"cannot load {path}: {err or type(err).__name__}") from None
-        for prefix, variables in (("model", self.model.variables), ("optimizer", self.optimizer.variables)):
+        # training.zero: the checkpoint holds the unsharded optimizer's variables, cut on broadcast
+        optimizer_count = self.sharded.full_length() if self.sharded else len(self.optimizer.variables)
+        for prefix, count in (("model", len(self.model.variables)), ("optimizer", optimizer_count)):
             names = [k for k in stored if k.startswith(prefix + "/")]
-            if len(names) != len(variables):
+            if len(names) != count:
                 raise UserError(f"cannot load {path}: it holds {len(names)} {prefix} variables, "
-                                f"the configured {prefix} has {len(variables)}")
-            for i, variable in enumerate(variables):
-                variable.assign(stored[f"{prefix}/{i}"])
+                                f"the configured {prefix} has {count}")
+        for i, variable in enumerate(self.model.variables):
+            variable.assign(stored[f"model/{i}"])
+        if self.sharded is not None:
+            self.sharded.load_full([stored[f"optimizer/{i}"] for i in range(optimizer_count)])
+        else:
+            for i, variable in enumerate(self.optimizer.variables):
+                variable.assign(stored[f"optimizer/{i}"])
         if self.ema is not None:  # a checkpoint without one: the EMA starts from its weights
             for i, (average, live) in enumerate(zip(self.ema, self.ema_sources())):
                 average.assign(stored.get(f"ema/{i}", live.numpy()))
@@ -422,7 +445,10 @@ class TensorFlowBackend(HorovodBackend):
 
     def broadcast_state(self) -> None:
         hvd.broadcast_variables(tf_variables(self.model.variables), root_rank=0)  # Horovod
-        hvd.broadcast_variables(tf_variables(self.optimizer.variables), root_rank=0)  # Horovod
+        if self.sharded is not None:  # each rank its slices of rank 0's (loaded) state
+            self.sharded.broadcast_state()
+        else:
+            hvd.broadcast_variables(tf_variables(self.optimizer.variables), root_rank=0)  # Horovod
         if self.ema is not None:
             hvd.broadcast_variables(self.ema, root_rank=0)  # Horovod: rank 0's EMA copy
         if self.reducer is not None:  # Horovod: rank 0's PowerSGD Q, error and step count
@@ -430,6 +456,8 @@ class TensorFlowBackend(HorovodBackend):
             self.reducer.step = hvd.broadcast_object(self.reducer.step, root_rank=0, name="powersgd.step")
 
     def prepare_checkpoint(self) -> None:
+        if self.sharded is not None:
+            self.sharded.gather()  # Horovod: the slices gathered, saved unsharded
         if self.reducer is not None:
             self.reducer.average_errors()  # Horovod: one error for all ranks, training unchanged
 
@@ -441,7 +469,8 @@ class TensorFlowBackend(HorovodBackend):
         # and dtype: counted from the variables. The optimizer's per-variable slots (momentum,
         # Adam's moments), not its 0-d iteration count, learning rate or loss scale.
         trained = self.model.trainable_variables
-        return {"param_bytes": variable_bytes(trained), "grad_bytes": variable_bytes(trained),
+        grads = self.sharded.held_grad_bytes() if self.sharded else variable_bytes(trained)
+        return {"param_bytes": variable_bytes(trained), "grad_bytes": grads,
                 "optimizer_state_bytes": variable_bytes(v for v in self.optimizer.variables if len(v.shape))}
 
     def elastic_state(self, progress: dict):

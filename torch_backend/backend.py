@@ -26,7 +26,7 @@ from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.errors import UserError
 from hvdcls.horovod_backend import HorovodBackend
-from torch_backend import compiled, data, elastic, models, optimizers, recompute
+from torch_backend import compiled, data, elastic, models, optimizers, recompute, zero
 from torch_backend.compression import PowerSGDReducer
 from torch_backend.sync_bn import SyncBatchNorm
 
@@ -112,11 +112,19 @@ class TorchBackend(HorovodBackend):
         self.dtype = amp_dtype(config, self.device)
         self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=config.training.label_smoothing)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
+        zero.refuse_what_breaks(config.training.zero, self.scaler.is_enabled())
         self.last_allreduce_wait: float | None = None
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         shapes = [tuple(p.shape) for p in self.params]
         self.reducer: PowerSGDReducer | None = None
-        if hv.compression == "powersgd":  # our own reduction after backward, then a plain step
+        self.sharded: zero.ShardedOptimizer | None = None
+        if config.training.zero:  # training.zero: the same step, by slices (torch_backend/zero.py)
+            self.optimizer = self.sharded = zero.ShardedOptimizer(
+                list(self.model.parameters()), lambda params: make_optimizer(params, config),
+                config.training.zero, fp16=hv.compression == "fp16")
+            self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
+            self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
+        elif hv.compression == "powersgd":  # our own reduction after backward, then a plain step
             self.reducer = PowerSGDReducer(shapes, hv.powersgd, self.device)
             self.optimizer = make_optimizer(self.model.parameters(), config)
             self.counter = self.reducer.counter
@@ -137,7 +145,7 @@ class TorchBackend(HorovodBackend):
             # Model EMA: a copy of every floating entry of the state (parameters, BN statistics).
             self.ema = {name: t.detach().clone() for name, t in self.ema_sources().items()}
         return {"parameters": models.count_parameters(self.model), "framework": "torch",
-                "channels_last": channels_last, "compile": config.training.compile,
+                "channels_last": channels_last, "compile": config.training.compile, "zero": config.training.zero,
                 "amp_dtype": str(self.dtype).replace("torch.", "") if self.dtype else None,
                 "horovod": {"compression": hv.compression, "op": hv.op, "sync_bn": hv.sync_bn,
                             "backward_passes_per_step": hv.backward_passes_per_step}}
@@ -215,7 +223,9 @@ class TorchBackend(HorovodBackend):
     def _unscale_and_clip(self) -> None:
         if self.scaler.is_enabled():
             self.scaler.unscale_(self.optimizer)
-        if self.clip:
+        if self.clip and self.sharded is not None:  # the global norm, over every rank's slices
+            self.sharded.clip_grad_norm_(self.clip)
+        elif self.clip:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
 
     @torch.inference_mode()
@@ -311,7 +321,10 @@ class TorchBackend(HorovodBackend):
 
     def broadcast_state(self) -> None:
         hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)  # Horovod
-        hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)  # Horovod
+        if self.sharded is not None:  # each rank its slices of rank 0's (loaded) state
+            self.sharded.broadcast_state()
+        else:
+            hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)  # Horovod
         if self.ema is not None:  # Horovod: rank 0's EMA copy
             hvd.broadcast_parameters([(f"ema.{n}", t) for n, t in self.ema.items()], root_rank=0)
         if self.reducer is not None:  # Horovod: rank 0's PowerSGD Q, error and step count
@@ -320,6 +333,8 @@ class TorchBackend(HorovodBackend):
             self.reducer.step = hvd.broadcast_object(self.reducer.step, root_rank=0, name="powersgd.step")
 
     def prepare_checkpoint(self) -> None:
+        if self.sharded is not None:
+            self.sharded.prepare_checkpoint()  # Horovod: the slices gathered, saved unsharded
         if self.reducer is not None:
             self.reducer.average_errors_()  # Horovod: one error for all ranks, training unchanged
 
@@ -331,8 +346,8 @@ class TorchBackend(HorovodBackend):
         # step's zero_grad frees them); the state as the optimizer keeps it, per parameter.
         state = [t for per_param in self.optimizer.state.values() for t in per_param.values()
                  if torch.is_tensor(t) and t.ndim > 0]  # not Adam's 0-d step counts
-        return {"param_bytes": tensor_bytes(self.params),
-                "grad_bytes": tensor_bytes(p.grad for p in self.params if p.grad is not None),
+        grads = self.sharded.held_grads() if self.sharded else [p.grad for p in self.params if p.grad is not None]
+        return {"param_bytes": tensor_bytes(self.params), "grad_bytes": tensor_bytes(grads),
                 "optimizer_state_bytes": tensor_bytes(state)}
 
     def elastic_state(self, progress: dict):

@@ -17,6 +17,7 @@ from hvdcls.config.schema import (
 )
 from hvdcls.errors import UserError
 from hvdcls.models import vit_patches, vit_spec
+from hvdcls.zero import check_level
 
 
 def _choices(cls: type, prefix: str = "") -> dict[str, tuple[str, ...]]:
@@ -102,6 +103,7 @@ def validate(config: Config) -> None:
         raise UserError("config horovod.compression=powersgd with training.elastic=true: the "
                         "PowerSGD state is not part of the elastic state yet; use one or the other")
     _validate_ema(config.training)
+    _validate_zero(config)
     if config.training.activation_checkpointing and config.horovod.sync_bn:
         # The recomputation would run synchronised batch norm's all-reduces a second time,
         # inside the backward pass, beside the gradients' own.
@@ -120,6 +122,31 @@ def _validate_vit(config: Config) -> None:
                         f"vit_h_14); model.name={config.model.name!r} has no patches")
     if spec is not None:
         vit_patches(config.data.image_size, patch or spec.patch_size)
+
+
+def _validate_zero(config: Config) -> None:
+    """training.zero: the level, and what the sharded step does not serve (docs/training.md)."""
+    zero = config.training.zero
+    check_level(zero)
+    if zero == 0:
+        return
+    if config.training.elastic:  # a reset changes the world size: every slice moves
+        raise UserError(f"config training.zero={zero} with training.elastic=true: the optimizer state "
+                        "is sharded by world size and an elastic reset would have to re-shard it; use one "
+                        "or the other")
+    if config.horovod.compression == "powersgd":
+        raise UserError(f"config training.zero={zero} with horovod.compression=powersgd: PowerSGD "
+                        "all-reduces whole low-rank factors, not slices; use horovod.compression=fp16 or none")
+    if config.horovod.op == "adasum":
+        raise UserError(f"config training.zero={zero} with horovod.op=adasum: Adasum combines whole "
+                        "updates, the sharded step averages gradients; use horovod.op=average")
+    if config.optimizer.name in ("lars", "lamb"):
+        raise UserError(f"config training.zero={zero} with optimizer.name={config.optimizer.name}: its "
+                        "trust ratio needs each layer's whole norm, a slice has part of it; use sgd, adam "
+                        "or adamw")
+    if config.training.amp and config.training.amp_dtype == "float16":
+        raise UserError(f"config training.zero={zero} with training.amp_dtype=float16: the loss scaler "
+                        "does not see the sharded gradients; use training.amp_dtype=bfloat16")
 
 
 def _validate_ema(training: TrainingConfig) -> None:

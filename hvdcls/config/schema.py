@@ -211,6 +211,9 @@ class TrainingConfig:
     # Recompute activations in the backward pass instead of keeping them: per encoder block of
     # the ViTs (both backends), per ResNet stage (torch); other models are refused.
     activation_checkpointing: bool = False
+    # Sharded optimizer (ZeRO, docs/training.md): 0 off; 1 each rank keeps and steps 1/N of the
+    # optimizer state; 2 the gradients reduce-scattered too, each rank keeping 1/N of them.
+    zero: int = 0
     balancing: BalancingConfig = field(default_factory=BalancingConfig)
 
 

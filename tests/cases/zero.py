@@ -1,0 +1,75 @@
+"""training.zero in one process (world size 1: the rank's slice is everything, the collectives
+are Horovod's own): the sharded step equals zero=0's, its checkpoint is zero=0's format both
+ways, and snapshot/restore puts the slices back. The 2-rank equalities and memory are
+tests/parallel/test_zero.py's.
+
+tests/torch_backend/test_zero.py and tests/tf_backend/test_zero.py run these cases, each
+defining the module-scoped `framework` fixture (tests/cases/batches.py describes it).
+"""
+import numpy as np
+import pytest
+
+from hvdcls import config, registry
+
+CLASSES = 4
+
+
+def built(framework, zero: int, *overrides):
+    cfg = config.load(overrides=["training.threads=1", "data.image_size=16", f"training.zero={zero}",
+                                 "optimizer.name=adamw", "optimizer.weight_decay=0.05", *overrides])
+    backend = registry.create_backend(framework.name)
+    backend.hvd.init()  # not backend.init(): other tests in this process set the threads already
+    backend.threads, backend.device = 1, framework.cpu
+    backend.seed(0)
+    backend.build(cfg, CLASSES)
+    return backend
+
+
+def step(framework, backend, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    batch = framework.batch(rng.normal(size=(8, 16, 16, 3)).astype(np.float32), rng.integers(0, CLASSES, 8))
+    backend.train_step([batch], 1e-3)
+
+
+def differences(a, b) -> float:
+    """By position: TensorFlow names a second model's variables apart from the first's."""
+    wa, wb = list(a.weights().values()), list(b.weights().values())
+    assert len(wa) == len(wb)
+    return max(float(np.abs(x - y).max()) for x, y in zip(wa, wb))
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+def test_one_rank_steps_as_zero_0_and_checkpoints_in_its_format(framework, zero, tmp_path):
+    plain, sharded = built(framework, 0), built(framework, zero)
+    for backend in (plain, sharded):
+        step(framework, backend, 1)
+        step(framework, backend, 2)
+    assert differences(plain, sharded) == 0.0
+    for backend, name in ((plain, "plain"), (sharded, "sharded")):
+        backend.prepare_checkpoint()
+        (tmp_path / name).mkdir()
+        backend.save(tmp_path / name)
+    # each loads the other's checkpoint
+    crossed_plain, crossed_sharded = built(framework, 0), built(framework, zero)
+    crossed_plain.load(tmp_path / "sharded")
+    crossed_sharded.load(tmp_path / "plain")
+    for backend in (crossed_plain, crossed_sharded):
+        backend.broadcast_state()
+        step(framework, backend, 3)
+    step(framework, plain, 3)
+    assert differences(plain, crossed_plain) == 0.0
+    assert differences(plain, crossed_sharded) == 0.0
+
+
+def test_snapshot_and_restore_put_the_slices_back(framework):
+    backend = built(framework, 2)
+    step(framework, backend, 1)
+    saved, before = backend.snapshot(), backend.weights()
+    step(framework, backend, 2)
+    backend.restore(saved)
+    assert all(np.array_equal(x, y) for x, y in zip(before.values(), backend.weights().values()))
+    again = built(framework, 2)
+    step(framework, again, 1)
+    step(framework, again, 2)
+    step(framework, backend, 2)
+    assert differences(backend, again) == 0.0

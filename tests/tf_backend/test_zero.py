@@ -1,0 +1,10 @@
+"""training.zero on TensorFlow in one process: the cases of tests/cases/zero.py."""
+import pytest
+
+from tests.cases.zero import *  # noqa: F403 (the shared cases, collected here)
+from tests.tf_backend.test_batches import TensorFlowFramework
+
+
+@pytest.fixture(scope="module")
+def framework():
+    return TensorFlowFramework()

@@ -1,0 +1,80 @@
+"""training.zero's partitioning (hvdcls/zero.py): every element of every
+parameter owned by exactly one rank, slices equal, padding below one element per rank."""
+import random
+
+import pytest
+
+from hvdcls import config
+from hvdcls import zero as zero_partition
+from hvdcls.errors import UserError
+
+
+def owners(sizes, world, bucket_elements):
+    """{(param, element): [(rank, bucket, position in the rank's shard)]}."""
+    seen: dict = {}
+    for b, bucket in enumerate(zero_partition.plan(sizes, world, bucket_elements)):
+        for rank in range(world):
+            for piece in bucket.pieces(rank):
+                assert piece.offset >= 0 and piece.offset + piece.end - piece.start <= bucket.shard
+                for k in range(piece.start, piece.end):
+                    seen.setdefault((piece.param, k), []).append((rank, b, piece.offset + k - piece.start))
+    return seen
+
+
+@pytest.mark.parametrize("world", range(1, 9))
+def test_every_element_owned_exactly_once(world):
+    rng = random.Random(world)
+    for bucket_elements in (1, 7, 50, 10**9):
+        sizes = [rng.randint(1, 40) for _ in range(rng.randint(1, 12))]
+        seen = owners(sizes, world, bucket_elements)
+        assert set(seen) == {(p, k) for p, n in enumerate(sizes) for k in range(n)}
+        assert all(len(where) == 1 for where in seen.values())
+        positions = [where[0] for where in seen.values()]
+        assert len(set(positions)) == len(positions)  # no two elements in one shard position
+
+
+@pytest.mark.parametrize("world", range(1, 9))
+def test_slices_are_equal_and_padding_is_short(world):
+    for bucket in zero_partition.plan([5, 3, 11, 1, 29], world, bucket_elements=16):
+        assert bucket.padded % world == 0 and 0 <= bucket.padded - bucket.numel < world
+        assert [bucket.slice(r) for r in range(world)] == [(r * bucket.shard, (r + 1) * bucket.shard)
+                                                           for r in range(world)]
+
+
+def test_buckets_keep_order_and_a_large_tensor_alone():
+    buckets = zero_partition.plan([4, 4, 100, 4], 2, bucket_elements=10)
+    assert [b.params for b in buckets] == [(0, 1), (2,), (3,)]
+    assert buckets[0].offsets == (0, 4)
+
+
+def test_level_outside_0_to_2_is_one_line():
+    for good in (0, 1, 2):
+        zero_partition.check_level(good)
+    with pytest.raises(UserError, match="training.zero=3"):
+        zero_partition.check_level(3)
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["training.zero=3"], "training.zero=3: must be 0"),
+    (["training.zero=-1"], "training.zero=-1: must be 0"),
+    (["training.zero=1", "training.elastic=true"], "elastic reset would have to re-shard"),
+    (["training.zero=2", "horovod.compression=powersgd"], "PowerSGD"),
+    (["training.zero=1", "horovod.compression=powersgd"], "PowerSGD"),
+    (["training.zero=1", "horovod.op=adasum"], "Adasum"),
+    (["training.zero=2", "optimizer.name=lamb"], "trust ratio"),
+    (["training.zero=1", "optimizer.name=lars"], "trust ratio"),
+    (["training.zero=1", "training.amp=true", "training.amp_dtype=float16"], "loss scaler"),
+])
+def test_what_zero_cannot_serve_is_refused_in_one_line(overrides, says):
+    with pytest.raises(UserError) as info:
+        config.load(overrides=overrides)
+    assert says in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["training.zero=1", "optimizer.name=sgd"], ["training.zero=2", "optimizer.name=adam"],
+    ["training.zero=2", "horovod.compression=fp16", "training.grad_clip_norm=1.0",
+     "horovod.backward_passes_per_step=2", "training.ema_decay=0.99", "training.balance=dynamic"],
+])
+def test_what_zero_serves_is_accepted(overrides):
+    assert config.load(overrides=overrides).training.zero in (1, 2)

@@ -1,0 +1,109 @@
+"""Run under horovodrun -np 2 by tests/parallel/test_zero.py: training.zero's steps against the
+unsharded optimizer's, in one launch per backend.
+
+    python -m tests.zero_step BACKEND OUT_DIR   (on every rank)
+
+Per case (an optimizer, and settings), one backend per training.zero level is built from the
+same seed (and rank 0's weights, broadcast) and takes the same two steps on this rank's batches;
+then its optimizer state is gathered as for a checkpoint (prepare_checkpoint) and rank 0 saves
+it; a third step moves the state on, rank 0 loads the checkpoint, it is broadcast (each rank
+cutting its slices) and the third step is taken again.
+Writes OUT_DIR/rank-N.json: per case and level the largest difference from zero=0 of the weights
+after two steps, of the checkpointed optimizer state, and of the weights after the resumed third
+step; the weights' digest; and memory() after the two steps.
+"""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from hvdcls import config as cfg
+from hvdcls import registry
+from hvdcls.backend import weights_digest
+
+SIDE, CLASSES, BATCH, LEVELS = 16, 10, 8, (0, 1, 2)
+CASES = {  # name: (overrides, lr)
+    # the global norm over every rank's slices; two backward passes per step
+    "sgd_momentum_clip_accumulate": (["optimizer.name=sgd", "optimizer.momentum=0.9", "optimizer.weight_decay=1e-4",
+                                      "training.grad_clip_norm=0.05", "horovod.backward_passes_per_step=2"], 0.05),
+    "adamw": (["optimizer.name=adamw", "optimizer.weight_decay=0.05"], 1e-3),
+}
+
+
+def build(backend_name: str, overrides: list, zero: int):
+    config = cfg.load(overrides=[f"training.batch_size={BATCH}", f"data.image_size={SIDE}",
+                                 f"training.zero={zero}", *overrides])
+    backend = registry.create_backend(backend_name)
+    ctx = backend.init(config)
+    backend.seed(0)
+    backend.build(config, CLASSES)
+    return backend, ctx, config.horovod.backward_passes_per_step
+
+
+def batches(backend, passes: int, step: int, rank: int) -> list:
+    rng = np.random.default_rng(100 * step + rank)  # each rank its own batches
+    return list(backend.loader([(rng.standard_normal((BATCH, SIDE, SIDE, 3)).astype(np.float32),
+                                 rng.integers(0, CLASSES, BATCH).astype(np.int64))
+                                for _ in range(passes)], 0))
+
+
+def largest_difference(a: dict, b: dict) -> float:
+    """By position: TensorFlow names a second model's variables apart from the first's."""
+    assert len(a) == len(b), (sorted(a), sorted(b))
+    return max(float(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)).max())
+               for x, y in zip(a.values(), b.values()))
+
+
+def checkpoint_arrays(backend_name: str, directory: Path) -> dict:
+    """The optimizer state a checkpoint holds, as arrays by name (0-d bookkeeping left out)."""
+    if backend_name == "torch":
+        import torch
+        state = torch.load(directory / "torch.pt", weights_only=True)["optimizer"]["state"]
+        return {f"{i}.{k}": v.numpy() for i, entry in state.items() for k, v in entry.items()
+                if torch.is_tensor(v) and v.ndim > 0}
+    with np.load(directory / "tensorflow.npz") as arrays:
+        return {k: arrays[k] for k in arrays.files if k.startswith("optimizer/") and arrays[k].ndim > 0}
+
+
+def run_level(backend_name: str, overrides: list, lr: float, zero: int, out: Path) -> dict:
+    backend, ctx, passes = build(backend_name, overrides, zero)
+    for step in range(2):
+        backend.train_step(batches(backend, passes, step, ctx.rank), lr)
+    memory = backend.memory()
+    after_two = backend.weights()
+    backend.prepare_checkpoint()  # every rank: the slices gathered
+    checkpoint = out / f"checkpoint-{zero}"
+    if ctx.rank == 0:
+        checkpoint.mkdir(exist_ok=True)
+        backend.save(checkpoint)
+    backend.train_step(batches(backend, passes, 2, ctx.rank), lr)  # the state moves on ...
+    if ctx.rank == 0:  # ... and the checkpoint puts it back (a fresh build costs TensorFlow a trace)
+        backend.load(checkpoint)
+    backend.broadcast_state()
+    backend.train_step(batches(backend, passes, 2, ctx.rank), lr)
+    backend.sync_buffers()
+    third = {str(i): value for i, value in enumerate(backend.weights().values())}  # by position
+    backend.broadcast_object(None, "saved")  # a barrier: rank 0 wrote the checkpoint long before
+    return {"after_two": after_two, "state": checkpoint_arrays(backend_name, checkpoint), "third": third,
+            "memory": memory, "digest": weights_digest(third), "rank": ctx.rank}
+
+
+def main(backend_name: str, out: Path) -> None:
+    report, rank = {}, 0
+    for name, (overrides, lr) in CASES.items():
+        runs = {zero: run_level(backend_name, overrides, lr, zero, out / name) for zero in LEVELS}
+        rank = runs[0]["rank"]
+        report[name] = {str(zero): {
+            "weights": largest_difference(run["after_two"], runs[0]["after_two"]),
+            "optimizer_state": largest_difference(run["state"], runs[0]["state"]),
+            "resumed": largest_difference(run["third"], runs[0]["third"]),
+            "digest": run["digest"], "memory": run["memory"]} for zero, run in runs.items()}
+    (out / f"rank-{rank}.json").write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    backend, directory = sys.argv[1], Path(sys.argv[2])
+    for case in CASES:
+        (directory / case).mkdir(parents=True, exist_ok=True)
+    main(backend, directory)

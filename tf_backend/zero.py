@@ -1,0 +1,163 @@
+"""training.zero for the TensorFlow backend: ShardedOptimizer, in place of the all-reduced update.
+
+Mirror: torch_backend/zero.py (the same plan, hvdcls.zero, and the same collectives). The
+trained variables lie in flat buckets; each rank owns one contiguous 1/N slice of every bucket
+and keeps a Keras optimizer over its slices alone (one flat variable per bucket), so its slots
+(momentum, Adam's moments) are 1/N of the unsharded ones. `apply(grads)`, inside the compiled
+step, takes this rank's local gradients: zero=1 all-reduces the flat buckets (grouped) and keeps
+its slice, zero=2 reduce-scatters them; the slices are stepped (L2 and clipping as the backend's
+_apply does them: the global norm summed over the ranks' slices) and all-gathered back into the
+variables. SGD, Adam and AdamW act element by element, so stepping a slice is stepping those
+elements; the padding stays zero and is dropped.
+
+Checkpoints hold the unsharded optimizer's variables: a Keras optimizer built on the model lists
+`iteration` and `learning_rate`, then each variable's slots in order (momentum, velocity), which
+`gather()` rebuilds from the slices (a collective) and `load_full()` cuts them from.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import horovod.tensorflow as hvd
+import keras
+import numpy as np
+import tensorflow as tf
+
+from hvdcls.errors import UserError
+from hvdcls.zero import Bucket, plan
+
+SLICE = "zero_slice"
+
+
+def refuse_what_breaks(zero: int, loss_scaled: bool) -> None:
+    """What the config cannot tell before the device is known (hvdcls.config.checks the rest)."""
+    if zero and loss_scaled:  # the LossScaleOptimizer would check the local slices only
+        raise UserError(f"config training.zero={zero} with float16 mixed precision (training.amp on a "
+                        "GPU): the loss scale does not see the sharded gradients; use "
+                        "training.amp_dtype=bfloat16")
+
+
+class ShardedOptimizer:
+    def __init__(self, variables: list, make_optimizer: Callable[[], keras.optimizers.Optimizer],
+                 level: int, fp16: bool = False, l2: float = 0.0, clip: Optional[float] = None):
+        self.variables, self.level, self.fp16, self.l2, self.clip = variables, level, fp16, l2, clip
+        self.rank, self.size = hvd.rank(), hvd.size()
+        self.sizes = [int(np.prod(v.shape)) for v in variables]
+        self.buckets = plan(self.sizes, self.size)
+        self.shards = [keras.Variable(np.zeros(b.shard, np.float32), name=f"{SLICE}_{i}")
+                       for i, b in enumerate(self.buckets)]
+        self.local = make_optimizer()
+        self.local.build(self.shards)
+        self.scalars, self.kinds = self._layout()
+        self.gathered: Optional[list] = None  # the unsharded optimizer's arrays, from gather()
+        self.loaded: Optional[list] = None  # what load_full() read, for broadcast_state()
+
+    def _layout(self) -> tuple[int, list[str]]:
+        """(0-d variables first, slot kinds per variable), checked against the local optimizer's
+        names: `zero_slice_B_KIND`, bucket by bucket."""
+        names = [v.name for v in self.local.variables]
+        scalars = sum(1 for v in self.local.variables if len(v.shape) == 0)
+        per = (len(names) - scalars) // len(self.shards)
+        kinds = [names[scalars + k].removeprefix(f"{SLICE}_0_") for k in range(per)]
+        expected = [f"{SLICE}_{b}_{k}" for b in range(len(self.shards)) for k in kinds]
+        if names[scalars:] != expected:
+            raise UserError(f"training.zero: {type(self.local).__name__}'s variables are not laid out "
+                            "per variable and slot as expected; use training.zero=0")
+        return scalars, kinds
+
+    def slot(self, b: int, k: int):
+        return self.local.variables[self.scalars + b * len(self.kinds) + k]
+
+    def _flat(self, bucket: Bucket, tensors) -> tf.Tensor:
+        flat = tf.concat([tf.reshape(tf.cast(tensors[i], tf.float32), [-1]) for i in bucket.params], 0)
+        return tf.pad(flat, [[0, bucket.padded - bucket.numel]])
+
+    def _own(self, bucket: Bucket, tensors) -> tf.Tensor:
+        """This rank's slice of `tensors` (one per variable), flat, padded with zeros."""
+        parts = [tf.reshape(tf.cast(tensors[p.param], tf.float32), [-1])[p.start:p.end]
+                 for p in bucket.pieces(self.rank)]
+        owned = sum(p.end - p.start for p in bucket.pieces(self.rank))
+        return tf.concat([*parts, tf.zeros([bucket.shard - owned], tf.float32)], 0)
+
+    def apply(self, grads: list) -> None:
+        """Horovod: average `grads` (this rank's, one per variable) by slices, step them, gather."""
+        flats = [self._flat(b, grads) for b in self.buckets]
+        if self.fp16:  # horovod.compression=fp16: the reduction travels in float16
+            flats = [tf.cast(f, tf.float16) for f in flats]
+        if self.level == 1:
+            averaged = hvd.grouped_allreduce(flats, op=hvd.Average, name="zero.grads")
+            slices = [a[slice(*b.slice(self.rank))] for a, b in zip(averaged, self.buckets)]
+        else:  # equal slices (padded), so Horovod's split hands rank r its own
+            slices = hvd.grouped_reducescatter(flats, op=hvd.Average)  # (no name in this binding)
+        slices = [tf.cast(s, tf.float32) for s in slices]
+        weights = tf_values(self.variables)
+        for bucket, shard in zip(self.buckets, self.shards):
+            shard.assign(self._own(bucket, weights))  # the variables may have been set (resume)
+        if self.l2:  # as the backend's _apply: L2 on the averaged gradient
+            slices = [g + self.l2 * s.value for g, s in zip(slices, self.shards)]
+        if self.clip:
+            slices = self._clip(slices)
+        self.local.apply_gradients(zip(slices, self.shards))
+        full = hvd.grouped_allgather([s.value for s in self.shards], name="zero.params")  # rank order
+        for bucket, flat in zip(self.buckets, full):
+            for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes):
+                v = self.variables[i]
+                v.assign(tf.cast(tf.reshape(flat[offset:offset + size], v.shape), v.dtype))
+
+    def _clip(self, slices: list) -> list:
+        """tf.clip_by_global_norm's rule, the norm over every rank's slices."""
+        squares = tf.add_n([tf.reduce_sum(tf.square(s)) for s in slices])
+        norm = tf.sqrt(hvd.allreduce(squares, op=hvd.Sum, name="zero.grad_norm"))
+        scale = self.clip / tf.maximum(norm, self.clip)
+        return [s * scale for s in slices]
+
+    def held_grad_bytes(self) -> int:
+        """Gradients held per step (Backend.memory): zero=2 the slices only; zero=1 the local
+        gradients and the averaged slices."""
+        sliced = 4 * sum(b.shard for b in self.buckets)
+        return sliced if self.level == 2 else sliced + sum(
+            n * tf.as_dtype(v.dtype).size for n, v in zip(self.sizes, self.variables))
+
+    # The checkpoint's (unsharded) layout: the 0-d variables, then per variable its slots.
+
+    def full_length(self) -> int:
+        return self.scalars + len(self.variables) * len(self.kinds)
+
+    def gather(self) -> None:
+        """Horovod: every rank calls it; the unsharded arrays, for rank 0's save (which drops them)."""
+        arrays: list = [v.numpy() for v in self.local.variables[:self.scalars]]
+        per_param: dict = {}
+        for b, bucket in enumerate(self.buckets):
+            slots = [self.slot(b, k).value for k in range(len(self.kinds))]
+            full = hvd.grouped_allgather(slots, name=f"zero.state.{b}") if slots else []
+            for k, flat in enumerate(full):
+                flat = flat.numpy()
+                for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes):
+                    per_param[(i, k)] = flat[offset:offset + size].reshape(self.variables[i].shape)
+        arrays += [per_param[(i, k)] for i in range(len(self.variables)) for k in range(len(self.kinds))]
+        self.gathered = arrays if self.rank == 0 else None  # only rank 0 saves: no copy kept elsewhere
+
+    def load_full(self, arrays: list) -> None:
+        self._cut(arrays)
+        self.loaded = arrays
+
+    def broadcast_state(self) -> None:
+        """Horovod: rank 0's loaded checkpoint, every rank cutting its slices; else rank 0's
+        (fresh, equal) state is every rank's already."""
+        full = hvd.broadcast_object(self.loaded if self.rank == 0 else None, root_rank=0,
+                                    name="zero.optimizer")
+        if full is not None:
+            self._cut(full)
+        self.loaded = None
+
+    def _cut(self, arrays: list) -> None:
+        for v, value in zip(self.local.variables[:self.scalars], arrays):
+            v.assign(value)
+        for b, bucket in enumerate(self.buckets):
+            for k in range(len(self.kinds)):
+                per_variable = {i: arrays[self.scalars + i * len(self.kinds) + k] for i in bucket.params}
+                self.slot(b, k).assign(self._own(bucket, per_variable))
+
+
+def tf_values(variables) -> dict:
+    return {i: v.value for i, v in enumerate(variables)}

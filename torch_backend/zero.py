@@ -1,0 +1,208 @@
+"""training.zero for the PyTorch backend: ShardedOptimizer, in place of hvd.DistributedOptimizer.
+
+Mirror: tf_backend/zero.py. The parameters lie in flat buckets (hvdcls.zero.plan); each rank
+owns one contiguous 1/N slice of every bucket and keeps a plain local optimizer over its slices
+alone (one flat tensor per bucket), so its state (momentum, Adam's moments) is 1/N of the
+unsharded one. A step: synchronize() averages the gradients (zero=1: a grouped all-reduce of the
+flat buckets, each rank keeping its slice; zero=2: a grouped reduce-scatter, and the full
+gradients are freed), step() steps the slices and all-gathers them back into the parameters.
+SGD, Adam and AdamW act element by element, so stepping a slice is stepping those elements;
+padding (zero gradient, zero weight) stays zero and is dropped.
+
+It answers what the backend asks of DistributedOptimizer (param_groups, zero_grad,
+synchronize, skip_synchronize, step, state_dict, load_state_dict), so the train step is the
+same code. Checkpoints hold the unsharded optimizer's state_dict: prepare_checkpoint() gathers
+it (a collective) and load_state_dict() cuts this rank's slices out of one, whatever world
+size wrote it.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Callable, Optional
+
+import horovod.torch as hvd
+import torch
+
+from hvdcls.errors import UserError
+from hvdcls.zero import Bucket, plan
+
+MakeOptimizer = Callable[[list], torch.optim.Optimizer]
+
+
+def refuse_what_breaks(zero: int, loss_scaled: bool) -> None:
+    """What the config cannot tell before the device is known (hvdcls.config.checks the rest)."""
+    if zero and loss_scaled:  # GradScaler would unscale and check the local slices only
+        raise UserError(f"config training.zero={zero} with float16 mixed precision (training.amp on a "
+                        "GPU): the loss scaler does not see the sharded gradients; use "
+                        "training.amp_dtype=bfloat16")
+
+
+class ShardedOptimizer:
+    def __init__(self, params: list[torch.Tensor], make_optimizer: MakeOptimizer, level: int,
+                 fp16: bool = False):
+        self.params, self.level, self.fp16 = params, level, fp16
+        self.rank, self.size = hvd.rank(), hvd.size()
+        self.buckets = plan([p.numel() for p in params], self.size)
+        self.shards = [torch.zeros(b.shard, dtype=torch.float32, device=params[0].device)
+                       for b in self.buckets]
+        self.local = make_optimizer(self.shards)
+        self.gathered: Optional[dict] = None  # the unsharded state, from prepare_checkpoint()
+        self.loaded: Optional[dict] = None  # an unsharded state load() read, for broadcast_state()
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.local.param_groups
+
+    @property
+    def state(self):
+        return self.local.state
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+        for s in self.shards:
+            s.grad = None
+
+    def skip_synchronize(self):
+        return nullcontext()  # step() never reduces: synchronize() did
+
+    def _flat_grads(self, bucket: Bucket) -> torch.Tensor:
+        parts = [self.params[i].grad for i in bucket.params]
+        flat = torch.cat([torch.zeros(self.params[i].numel(), device=self.shards[0].device) if g is None
+                          else g.reshape(-1).float() for i, g in zip(bucket.params, parts)])
+        return torch.nn.functional.pad(flat, (0, bucket.padded - bucket.numel))
+
+    @torch.no_grad()
+    def synchronize(self) -> None:
+        """Horovod: every rank's shard gradients <- its slice of the ranks' average."""
+        flats = [self._flat_grads(b) for b in self.buckets]
+        if self.fp16:  # horovod.compression=fp16: the reduction travels in float16
+            flats = [f.half() for f in flats]
+        if self.level == 1:
+            averaged = hvd.grouped_allreduce(flats, op=hvd.Average, name="zero.grads")
+            slices = [a[slice(*b.slice(self.rank))].clone() for a, b in zip(averaged, self.buckets)]
+        else:  # equal slices (padded), so Horovod's split is rank r's [r x shard, (r+1) x shard)
+            slices = hvd.grouped_reducescatter(flats, op=hvd.Average, name="zero.grads")
+            for p in self.params:
+                p.grad = None  # zero=2: only the slice's gradients are kept
+        for shard, grad in zip(self.shards, slices):
+            shard.grad = grad.float()
+
+    @torch.no_grad()
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """torch.nn.utils.clip_grad_norm_ over the whole model: the slices' squared norms summed
+        over ranks (every element counted once; the padding is 0)."""
+        squares = sum(torch.sum(s.grad.float() ** 2) for s in self.shards if s.grad is not None)
+        total = hvd.allreduce(torch.as_tensor(squares, dtype=torch.float32).reshape(1), op=hvd.Sum,
+                              name="zero.grad_norm").sqrt()[0]
+        coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+        for s in self.shards:
+            if s.grad is not None:
+                s.grad.mul_(coefficient)
+        return total
+
+    def held_grads(self) -> list[torch.Tensor]:
+        """The gradient tensors this rank holds now (Backend.memory)."""
+        return [t.grad for t in [*self.params, *self.shards] if t.grad is not None]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self._read_slices()  # the parameters may have been set (resume, restore) since the last step
+        self.local.step()
+        self.gathered = None
+        full = hvd.grouped_allgather(self.shards, name="zero.params")  # Horovod: rank order
+        for bucket, flat in zip(self.buckets, full):
+            for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes):
+                p = self.params[i]
+                p.copy_(flat[offset:offset + size].view_as(p))
+
+    def _read_slices(self) -> None:
+        for bucket, shard in zip(self.buckets, self.shards):
+            for piece in bucket.pieces(self.rank):
+                flat = self.params[piece.param].detach().reshape(-1)
+                shard[piece.offset:piece.offset + piece.end - piece.start].copy_(flat[piece.start:piece.end])
+
+    # The state: this rank's slices in memory (snapshot/restore), the unsharded optimizer's
+    # state_dict in checkpoints.
+
+    def state_dict(self) -> dict:
+        """The gathered unsharded state after prepare_checkpoint() (what rank 0 saves), else this
+        rank's own (a snapshot); load_state_dict() takes either."""
+        return self.gathered if self.gathered is not None else {"zero_shard": self.local.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "zero_shard" in state:
+            self.local.load_state_dict(state["zero_shard"])
+        else:
+            self.local.load_state_dict(self._cut(state))
+            self.loaded = state
+        self.gathered = None
+
+    def broadcast_state(self) -> None:
+        """Horovod: rank 0's loaded checkpoint (the unsharded state), every rank cutting its slices."""
+        full = hvd.broadcast_object(self.loaded if self.rank == 0 else None, root_rank=0,
+                                    name="zero.optimizer")
+        if full is not None:
+            self.local.load_state_dict(self._cut(full))
+        elif not self.local.state:
+            self._initial_step()
+        self.loaded = None
+
+    @torch.no_grad()
+    def _initial_step(self) -> None:
+        """What hvd.broadcast_optimizer_state does to an optimizer without state, so that zero=0
+        and zero>0 train alike: one step on zero gradients at the built rate (weight decay moves
+        the weights and fills the momentum; Adam counts a step), by slices here."""
+        for shard in self.shards:
+            shard.grad = torch.zeros_like(shard)
+        self.step()
+        for shard in self.shards:
+            shard.grad = None
+
+    def prepare_checkpoint(self) -> None:
+        """Horovod: every rank calls it; the unsharded state, on every rank, for rank 0 to save."""
+        self.gathered = self._gather()
+
+    def _gather(self) -> dict:
+        groups = [{k: v for k, v in g.items() if k != "params"} for g in self.local.param_groups]
+        groups[0]["params"] = list(range(len(self.params)))
+        state: dict = {}
+        for b, bucket in enumerate(self.buckets):
+            own = self.local.state.get(self.shards[b], {})
+            keys = sorted(own)  # the same on every rank: every rank stepped every slice
+            sliced = [k for k in keys if torch.is_tensor(own[k]) and own[k].ndim == 1]
+            full = hvd.grouped_allgather([own[k] for k in sliced], name=f"zero.state.{b}") if sliced else []
+            for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes):
+                entry = {k: own[k].clone() if torch.is_tensor(own[k]) else own[k] for k in keys if k not in sliced}
+                entry.update({k: f[offset:offset + size].view_as(self.params[i]).clone()
+                              for k, f in zip(sliced, full)})
+                if entry:
+                    state[i] = entry
+        return {"state": state, "param_groups": groups}
+
+    def _cut(self, full: dict) -> dict:
+        """This rank's slices of an unsharded state_dict (any world size wrote it)."""
+        groups = [{**full["param_groups"][0], "params": list(range(len(self.shards)))}]
+        state: dict = {}
+        stored = {int(k): v for k, v in full["state"].items()}
+        for b, bucket in enumerate(self.buckets):
+            present = [stored[i] for i in bucket.params if i in stored]
+            if not present:
+                continue
+            entry = {}
+            for key, value in present[0].items():
+                if torch.is_tensor(value) and value.ndim > 0:
+                    entry[key] = self._slice_of(bucket, b, key, stored)
+                else:
+                    entry[key] = value.clone() if torch.is_tensor(value) else value
+            state[b] = entry
+        return {"state": state, "param_groups": groups}
+
+    def _slice_of(self, bucket: Bucket, b: int, key: str, stored: dict) -> torch.Tensor:
+        out = torch.zeros_like(self.shards[b])
+        for piece in bucket.pieces(self.rank):
+            entry = stored.get(piece.param, {})
+            if key in entry:
+                values = entry[key].reshape(-1).to(out)
+                out[piece.offset:piece.offset + piece.end - piece.start].copy_(values[piece.start:piece.end])
+        return out
