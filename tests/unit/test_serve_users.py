@@ -75,3 +75,8 @@ def test_only_the_owner_or_an_admin_may_cancel(tmp_path):
     alice, admin = store.user("alice"), store.user("admin")
     assert users.may_cancel(alice, "alice") and not users.may_cancel(alice, "bob")
     assert not users.may_cancel(alice, None) and users.may_cancel(admin, "bob") and users.may_cancel(admin, None)
+
+
+def test_a_token_never_reads_as_an_option():
+    tokens = [users.new_token() for _ in range(500)]  # a bare token_urlsafe starts with "-" 1 in 64
+    assert all(t.startswith(users.TOKEN_PREFIX) and len(t) > 40 for t in tokens) and len(set(tokens)) == 500
