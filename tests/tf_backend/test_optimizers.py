@@ -7,7 +7,13 @@ import tensorflow as tf
 
 from tests.cases.optimizers import *  # noqa: F401,F403 (the shared cases, collected here)
 from tests.cases.optimizers import gradients, settings, weights
-from tf_backend.backend import make_optimizer
+
+
+def make_optimizer(config):
+    """Imported when a test runs, not at collection: horovod.tensorflow (which tf_backend.backend
+    imports) loaded before torch makes the torch tests' import of torchvision crash."""
+    from tf_backend.backend import make_optimizer as make
+    return make(config)
 
 
 def variables(values: dict) -> dict[str, keras.Variable]:
