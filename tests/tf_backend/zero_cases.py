@@ -1,0 +1,11 @@
+"""training.zero on TensorFlow in one process: the cases of tests/cases/zero.py. Not collected
+with the suite: tests/tf_backend/test_zero.py runs this file in a process of its own."""
+import pytest
+
+from tests.cases.zero import *  # noqa: F403 (the shared cases, collected here)
+from tests.tf_backend.test_batches import TensorFlowFramework
+
+
+@pytest.fixture(scope="module")
+def framework():
+    return TensorFlowFramework()
