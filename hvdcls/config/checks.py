@@ -175,7 +175,7 @@ def lr_setting(value: Any) -> Union[float, str]:
         raise UserError(f"config optimizer.lr={value!r}: a number (per 256 images under "
                         f"optimizer.scale_lr=per256) or {AUTO_LR} (the range test picks it)")
     if number < 0:
-        raise UserError(f"config optimizer.lr={value!r}: must be >= 0")
+        raise UserError(f"config optimizer.lr={number}: must be >= 0")
     return number
 
 

@@ -168,6 +168,7 @@ def test_out_of_choice_values(override, key):
     ("horovod.backward_passes_per_step=0", "config horovod.backward_passes_per_step=0: must be > 0"),
     ("output.keep_checkpoints=0", "config output.keep_checkpoints=0: must be > 0"),
     ("optimizer.lr=-0.1", "config optimizer.lr=-0.1: must be >= 0"),
+    ("optimizer.lr=-1", "config optimizer.lr=-1.0: must be >= 0"),  # an int reads as the float it becomes
     ("training.seed=-1", "config training.seed=-1: must be >= 0"),
     ("data.workers=-2", "config data.workers=-2: must be >= 0"),
     ("model.num_classes=0", "config model.num_classes=0: must be > 0 (or null)"),
