@@ -245,6 +245,9 @@ class Trainer:
         self.begin(start_epoch, history, world_hosts(self.backend, self.ctx))
         self.profiler = self.make_profiler(start_epoch)
         self.first_epoch = start_epoch
+        if start_epoch >= self.config.training.epochs:  # e.g. the service requeued a job that had just finished
+            self.outputs.say(f"nothing left to train: the checkpoint holds {start_epoch} epoch(s) of "
+                             f"training.epochs={self.config.training.epochs}")
         for epoch in range(start_epoch, self.config.training.epochs):
             started = time.perf_counter()
             train, train_seconds, lr, times = self.train_epoch(epoch)
@@ -431,6 +434,7 @@ class Trainer:
         state = {"backend": self.ctx.backend, "epoch": epochs_done,
                  "global_step": epochs_done * self.steps_per_epoch,
                  "world_size": self.ctx.size, "seed": self.config.training.seed,
+                 "lr": self.config.optimizer.lr,  # a number here (auto was resolved): a resume keeps it
                  "best_val_accuracy": max(r.val_accuracy for r in history),
                  "history": [r.as_dict() for r in history]}
         path = checkpoint.save(self.outputs.checkpoints_dir, epochs_done, state, self.backend.save,

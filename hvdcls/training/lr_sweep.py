@@ -134,11 +134,18 @@ def agreed(backend: Backend, ctx: Context, sweep: Sweep) -> list:
 
 
 def resolve(config: Config, backend: Backend, ctx: Context, data: Data,
-            phases: Optional[Phases] = None) -> tuple[Config, Optional[dict]]:
+            phases: Optional[Phases] = None,
+            resumed_state: Optional[dict] = None) -> tuple[Config, Optional[dict]]:
     """`config` with optimizer.lr a number: as given, or (auto) found by the sweep, whose
-    account for summary.json comes second (None when the rate was given)."""
+    account for summary.json comes second (None when the rate was given). A run resuming a
+    checkpoint that recorded its rate trains on at that rate: a second test from other
+    weights could choose another, and would only cost time."""
     if config.optimizer.lr != AUTO_LR:
         return config, None
+    kept = (resumed_state or {}).get("lr")
+    if isinstance(kept, (int, float)) and not isinstance(kept, bool) and kept > 0:
+        return with_lr(config, float(kept)), {"config_lr": float(kept), "resumed": True, "steps": 0,
+                                              "reason": "the rate of the run it resumes"}
     sweep = run(config, backend, ctx, data, phases)
     account = sweep.as_dict(agreed(backend, ctx, sweep))
     return with_lr(config, sweep.config_lr), account

@@ -117,10 +117,11 @@ def train_watched(job: Job, ctx: Context, kind: "RunKind", dog: watchdog.Watchdo
     dog.last_record = stop_writer(job, ctx, outputs)  # elastic: rebound to each attempt's world
     backend.seed(job.config.training.seed)  # the same initial weights for the same seed, run after run
     model_info = backend.build(job.config, job.num_classes)  # optimizer.lr=auto: config.worker_lr's stand-in
-    # optimizer.lr=auto: the range test, from the initial weights (a resumed run repeats the
-    # original's test before loading its checkpoint) and restored; then the banner names the rate.
+    # optimizer.lr=auto: the range test, from the initial weights, and restored (a resumed run
+    # takes the rate its checkpoint recorded); then the banner names the rate.
     with bad_file_failures(data):
-        config, found = lr_sweep.resolve(job.config, backend, ctx, data, dog.phases)
+        config, found = lr_sweep.resolve(job.config, backend, ctx, data, dog.phases,
+                                         resumed.state if resumed is not None else None)
     job = dataclasses.replace(job, config=config, lr_find=found)
     dog.last_record = stop_writer(job, ctx, outputs)  # its record: the rate trained with
     outputs.say(banner(job, ctx, kind.label, outputs.run_dir))
@@ -165,7 +166,9 @@ def lr_line(job: Job, ctx: Context) -> str:
     step = cfg.peak_lr(opt, ctx.size, job.config.horovod.backward_passes_per_step,
                        job.config.training.batch_size)
     line = f"lr {cfg.numeric_lr(opt):.4g} {opt.scale_lr} ({step:.4g} a step)"
-    if job.lr_find is not None:
+    if job.lr_find is not None and job.lr_find.get("resumed"):
+        line += " (auto: the rate of the run it resumes)"
+    elif job.lr_find is not None:
         line += f" by the range test: {job.lr_find['reason']}, {job.lr_find['steps']} steps"
     return line
 
@@ -264,7 +267,9 @@ class PlainRun(RunKind):
         return Ended(ctx, outputs, history, extra)
 
     def details(self, summary: dict) -> str:
-        return f"(best {summary['best_val_accuracy']:.4f}), {summary['images_per_sec']:.1f} img/s"
+        rate = summary["images_per_sec"]  # None: a resume of a finished run trained no epoch
+        speed = f"{rate:.1f} img/s" if rate is not None else "no epoch left to train"
+        return f"(best {summary['best_val_accuracy']:.4f}), {speed}"
 
 
 class ElasticRun(RunKind):

@@ -97,6 +97,7 @@ def test_two_epochs_write_metrics_summary_config_and_checkpoint(backend, run):
     assert (run / "config.yaml").is_file()
     state = read_json(run / "checkpoints" / "epoch-0002" / "state.json")
     assert state["backend"] == backend and state["epoch"] == 2
+    assert state["lr"] == config["optimizer"]["lr"]  # what a resume with lr=auto trains on
     stray = [str(p.relative_to(run)) for p in run.rglob("*") if p.name.startswith(".")]
     assert stray == []
 
@@ -248,7 +249,10 @@ def test_kill_while_writing_a_checkpoint_then_resume(backend, run, tmp_path):
     ok(hvdcls_train(tmp_path, backend, "--epochs", 2, "--eval-only", "--resume", out))
     evaluated = read_json(out / "eval.json")
     assert evaluated["epoch"] == 1 and evaluated["val_accuracy"] == epoch_1["val_accuracy"]
-    resumed = ok(hvdcls_train(tmp_path, backend, "--epochs", 2, "--resume", out))
+    # --lr auto on the resume: it trains on at the rate checkpoint 1 recorded (the config's),
+    # so it still ends as the uninterrupted run did, and runs no range test
+    resumed = ok(hvdcls_train(tmp_path, backend, "--epochs", 2, "--resume", out, "--lr", "auto"))
+    assert read_json(out / "summary.json")["lr_find"]["resumed"] is True
     again, original = read_metrics(out), read_metrics(run)
     same_weights = read_json(out / "summary.json")["rank_weight_digests"] == \
         read_json(run / "summary.json")["rank_weight_digests"]
@@ -257,6 +261,13 @@ def test_kill_while_writing_a_checkpoint_then_resume(backend, run, tmp_path):
           f"{again[1]['val_accuracy']:.4f} vs {original[1]['val_accuracy']:.4f} uninterrupted; "
           f"identical weights: {same_weights}", resumed.returncode)
     assert [m["epoch"] for m in again] == [1, 2]
+    # resumed once more, nothing is left to train: it says so and ends as done (the service
+    # requeues a job whose processes vanished, even when they had just finished)
+    finished = read_json(out / "summary.json")
+    done_again = ok(hvdcls_train(tmp_path, backend, "--epochs", 2, "--resume", out))
+    assert "nothing left to train" in done_again.stdout and read_json(out / "status.json")["phase"] == "done"
+    assert read_json(out / "summary.json")["val_accuracy"] == finished["val_accuracy"]
+    assert read_metrics(out) == again
     for key in ("train_loss", "val_loss", "lr"):
         assert again[1][key] == pytest.approx(original[1][key], rel=1e-4, abs=1e-6), key
     assert abs(again[1]["val_accuracy"] - original[1]["val_accuracy"]) <= 1 / 359

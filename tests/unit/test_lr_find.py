@@ -147,6 +147,18 @@ def test_a_number_is_kept_and_no_step_is_taken():
     assert backend.steps == [] and backend.snapshots == 0
 
 
+def test_a_resumed_run_takes_its_checkpoints_rate_and_a_checkpoint_without_one_is_tested(monkeypatch):
+    monkeypatch.setattr(lr_sweep, "batches", lambda *args: (step for step in [[("x", "y")]] * 1000))
+    config = cfg.load(overrides=["optimizer.lr=auto", "optimizer.lr_find.steps=20"])
+    backend = CurveBackend()
+    resolved, account = lr_sweep.resolve(config, backend, context(), None, None, {"epoch": 3, "lr": 0.35})
+    assert resolved.optimizer.lr == 0.35 and account["resumed"] is True and account["steps"] == 0
+    assert backend.steps == [] and backend.snapshots == 0
+    for older in ({"epoch": 3}, {"epoch": 3, "lr": "auto"}, {"epoch": 3, "lr": True}):
+        resolved, account = lr_sweep.resolve(config, backend, context(), None, None, older)
+        assert "resumed" not in account and account["steps"] > 0, older  # the range test ran
+
+
 def test_ranks_that_disagree_stop_the_run(monkeypatch):
     backend = CurveBackend()
     monkeypatch.setattr(backend, "allgather_object", lambda obj, name: [obj, [obj[0] * 2, obj[1]]])
