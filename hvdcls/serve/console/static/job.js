@@ -59,6 +59,7 @@
     state = update.state;
     const badge = document.getElementById("state");
     badge.textContent = update.state + (update.stop_requested_at && !FINAL.includes(update.state) ? " (stopping)" : "");
+    badge.className = "state state-" + update.state;
     document.getElementById("phase").textContent = update.phase || "-";
     document.getElementById("message").textContent = update.message || "-";
     document.getElementById("hosts").textContent =
