@@ -121,6 +121,8 @@ def test_the_list_renders_empty_one_and_a_thousand(site):
     assert re.findall(r'<tr data-id="(\d+)"', last.text)[-1] == str(first) and "running" in last.text
     assert client.get("/?page=21").text.count("<tr data-id=") == 0
     assert client.get("/?state=running").text.count("<tr data-id=") == 1
+    assert client.get("/?state=active").text.count("<tr data-id=") == live.PAGE
+    assert client.get("/?state=<b>").text.count("<tr data-id=") == live.PAGE  # an unknown filter: all
 
 
 def test_the_list_poll_resends_only_changed_rows(site):

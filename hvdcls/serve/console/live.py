@@ -23,8 +23,16 @@ LOG_POLL = 256 << 10  # at most this much more per poll (a faster log is skipped
 CURVES = ("epoch", "train_loss", "val_loss", "train_accuracy", "val_accuracy", "steps_per_second")
 
 
+ACTIVE = "active"  # the list's filter for queued and running together
+
+
+def known_filter(state: Optional[str]) -> Optional[str]:
+    """The list's ?state= when it names one (a state, or ACTIVE); else None: every job."""
+    return state if state in (*STATES, ACTIVE) else None
+
+
 def states_for(state: Optional[str]) -> tuple[str, ...]:
-    if state == "active":
+    if state == ACTIVE:
         return (QUEUED, RUNNING)
     return (state,) if state in STATES else STATES
 

@@ -74,6 +74,7 @@ class Console:
         return job
 
     def jobs_page(self, user: User, csrf: str, page: int, state: Optional[str]) -> dict:
+        state = live.known_filter(state)
         jobs, total = live.page_of_jobs(self.service, page, state)
         rows = self.rows(jobs)
         return {"user": user, "csrf": csrf, "rows": [html for _, _, html in rows], "total": total, "page": page,
