@@ -16,12 +16,14 @@
   function columns(chart) {
     return [points.map(p => p.epoch), ...chart.series.map(([key]) => points.map(p => p[key]))];
   }
+  // Three side by side where the page is wide enough; epochs are whole numbers on the x axis.
+  const width = Math.max(320, Math.floor((document.querySelector(".charts").clientWidth - 40) / 3));
   const plots = CHARTS.map(chart => {
     const element = document.getElementById(chart.id);
     const options = {
-      title: chart.title, width: 440, height: 240,
+      title: chart.title, width: width, height: 240,
       scales: {x: {time: false}},
-      axes: [{label: "epoch"}, {}],
+      axes: [{label: "epoch", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]}, {}],
       series: [{label: "epoch"}, ...chart.series.map(([, label, stroke]) => ({label: label, stroke: stroke, width: 2,
                                                                                points: {show: true, size: 5}}))],
     };
@@ -46,10 +48,11 @@
     cell.textContent = elapsed((isNaN(until) ? Date.now() / 1000 : until) - since);
   }
   function stepRate(progress) {
-    // Steps per second between two polls, from the job's own progress (its status.json).
+    // Steps per second between two polls within one epoch, from the job's own progress (its
+    // status.json); across an epoch's end the evaluation would count as training.
     if (!progress || !progress.steps_per_epoch) return;
-    const now = {t: Date.now() / 1000, steps: (progress.epoch - 1) * progress.steps_per_epoch + progress.step};
-    if (lastProgress && now.steps > lastProgress.steps) {
+    const now = {t: Date.now() / 1000, epoch: progress.epoch, steps: progress.step};
+    if (lastProgress && now.epoch === lastProgress.epoch && now.steps > lastProgress.steps) {
       const rate = (now.steps - lastProgress.steps) / (now.t - lastProgress.t);
       document.getElementById("step-rate").textContent = "· " + rate.toFixed(1) + " steps/s now";
     }
