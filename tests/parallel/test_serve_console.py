@@ -42,6 +42,10 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--window-size=1280,1400")
 # Digits with three quarters held out: ~14 steps an epoch, a new point on the curves every few seconds.
 LONG = {**QUIET, "training": {**QUIET["training"], "epochs": 30}, "data": {"val_fraction": 0.75}}
+ROWS = """
+return Object.fromEntries([...document.querySelectorAll("#jobs tbody tr")].map(
+  row => [row.querySelector("td.name").textContent.trim(), row.querySelector(".state").textContent.trim()]));
+"""
 FORGED_CANCEL = """
 const done = arguments[arguments.length - 1];
 const csrf = document.querySelector('input[name="csrf"]').value;
@@ -68,7 +72,8 @@ class Walk:
         self.driver.get(self.url + path)
 
     def text(self, element_id: str) -> str:
-        return self.driver.find_element(By.ID, element_id).text
+        """The element's text, also the part scrolled out of sight (the log's)."""
+        return self.attribute(element_id, "textContent").strip()
 
     def attribute(self, element_id: str, name: str) -> str:
         return self.driver.find_element(By.ID, element_id).get_attribute(name) or ""
@@ -96,9 +101,9 @@ class Walk:
         self.until(lambda: self.driver.find_elements(By.ID, "token"), 30, "the sign-in page after sign-out")
 
     def rows(self) -> dict[str, str]:
-        """The job list as shown: job name -> its state."""
-        return {row.find_element(By.CSS_SELECTOR, "td.name").text: row.find_element(By.CSS_SELECTOR, ".state").text
-                for row in self.driver.find_elements(By.CSS_SELECTOR, "#jobs tbody tr")}
+        """The job list as shown: job name -> its state (read in one go: the list's poll may
+        replace a row between two reads)."""
+        return self.driver.execute_script(ROWS)
 
     def shot(self, name: str) -> Path:
         path = self.shots / f"{name}.png"
