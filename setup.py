@@ -29,6 +29,8 @@ setup(
     python_requires=">=3.11,<3.12",
     packages=find_packages(include=["hvdcls", "hvdcls.*", "torch_backend", "torch_backend.*",
                                     "tf_backend", "tf_backend.*"]),
+    # The web console's templates and static files (uPlot vendored, with its licence): no build step.
+    package_data={"hvdcls.serve.console": ["templates/*.html", "static/*"]},
     install_requires=requirements("core"),
     extras_require={
         # Horovod itself is not listed: PyPI's 0.28.1 does not build against these frameworks

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One-command, idempotent set-up: `make setup` (CPU hosts) or `make setup GPU=1` (GPU hosts).
 #
-#   1. OpenMPI, a C++ compiler, CMake, ssh, Slurm and munge (for the tests) from Debian's
-#      packages, installed when missing;
+#   1. OpenMPI, a C++ compiler, CMake, ssh, Slurm and munge, Prometheus, Chromium and its
+#      chromedriver (for the tests) from Debian's packages, installed when missing;
 #   2. a virtual environment (.venv) with torch + torchvision, TensorFlow (Keras 3), mpi4py
 #      built against that OpenMPI, the service's extra (hvdcls[serve]: FastAPI, uvicorn,
 #      SQLAlchemy, pydantic, httpx), MLflow's client (hvdcls[track]), Hydra's override parser
@@ -39,6 +39,11 @@ system_packages_missing() {
     [ -x /usr/sbin/munged ] || missing+=(munge)
     # tests/parallel/test_serve.py has a private Prometheus scrape the service and a job.
     command -v prometheus >/dev/null || missing+=(prometheus)
+    # tests/parallel/test_serve_console.py drives the web console in a headless Chromium (Selenium,
+    # requirements/test.txt, through Debian's chromedriver); a font, or its screenshots show boxes.
+    [ -x /usr/bin/chromium ] || missing+=(chromium)
+    command -v chromedriver >/dev/null || missing+=(chromium-driver)
+    [ -d /usr/share/fonts/truetype/dejavu ] || missing+=(fonts-dejavu-core)
     echo "${missing[@]:-}"
 }
 

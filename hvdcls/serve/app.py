@@ -11,9 +11,11 @@
     GET  /targets              Prometheus HTTP service discovery: the running jobs' rank 0 /metrics
                                (jobs serving it: output.metrics_port, or `serve --job-metrics`)
     GET  /openapi.json         this API's schema
+    GET  /                     the web console, signed in with a token (hvdcls.serve.console)
 
 Every request needs `Authorization: Bearer TOKEN`, one token per user (hvdcls.serve.users), except
-/metrics and /targets under `serve --open-metrics` (a Prometheus without a token). 401 without a
+/metrics and /targets under `serve --open-metrics` (a Prometheus without a token), and the
+console's pages, which take a session cookie instead (made at its sign-in). 401 without a
 known token; 413 for a body over 1 MiB, 507 when the state directory is full (hvdcls.serve.guards).
 """
 from __future__ import annotations
@@ -35,46 +37,21 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from hvdcls import __version__, status_file
 from hvdcls.errors import UserError
 from hvdcls.fileio import write_json_atomic
-from hvdcls.serve import guards, users
+from hvdcls.serve import console, guards, users
 from hvdcls.serve.errors import Refused
 from hvdcls.serve.metrics import ServiceCollector
 from hvdcls.serve.service import Service
 from hvdcls.serve.settings import Settings
 from hvdcls.serve.spec import INT64, JobSpec
-from hvdcls.serve.store import FINAL, QUEUED, RUNNING, STATES, Job, State, User
+from hvdcls.serve.store import RUNNING, STATES, Job, State, User
+from hvdcls.serve.views import host_slots, read_log, view
 
 SERVER_FILE = "server.json"
 TOKEN_FILE = users.TOKEN_FILE
-LOG_CHUNK = 1 << 20  # a follower gets a long log in pieces of this size
 JobId = Annotated[int, fastapi.Path(ge=1, le=INT64)]
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "no token, or one no user has"}, 422: {"description": "a bad request, named"},
     413: {"description": "a body over 1 MiB"}, 503: {"description": "the job table is busy"}}
-
-
-def view(job: Job, detail: bool = False) -> dict:
-    """A job as the API shows it: its row, plus its phase and progress (its status.json: a
-    queued job's is a previous attempt's, not shown), latencies and (detail) last metrics."""
-    out = job.as_dict()
-    status = status_file.read(Path(job.run_dir)) if job.run_dir and job.state != QUEUED else None
-    out["phase"] = status.phase if status else None
-    out["progress"] = status.progress if status else None
-    out["queued_seconds"] = job.started_at - job.submitted_at if job.started_at else None
-    out["first_step_seconds"] = job.first_step_at - job.submitted_at if job.first_step_at else None
-    if detail:
-        out["last_metrics"] = status.metrics if status else None
-    return out
-
-
-def read_log(service: Service, job_id: int, stream: str, position: int) -> tuple[bool, bytes]:
-    """(has the job ended, what its log holds from `position` on, up to LOG_CHUNK)."""
-    job = service.store.get(job_id)
-    done = job is None or job.state in FINAL  # read before the log: its last lines are then in it
-    if not job or not job.run_dir or not (Path(job.run_dir) / stream).exists():
-        return done, b""
-    with open(Path(job.run_dir) / stream, "rb") as handle:
-        handle.seek(position)
-        return done, handle.read(LOG_CHUNK)
 
 
 async def follow_log(service: Service, job_id: int, stream: str, follow: bool) -> AsyncIterator[bytes]:
@@ -93,7 +70,7 @@ async def follow_log(service: Service, job_id: int, stream: str, follow: bool) -
 
 
 def make_app(service: Service, open_metrics: bool = False, reserve_bytes: int = 0) -> FastAPI:
-    # The schema only to a user (below); no browser pages, which could not send the token.
+    # The schema only to a user (below); no docs pages, which could not send the token.
     app = FastAPI(title="hvdcls serve", version=__version__, openapi_url=None, docs_url=None, redoc_url=None,
                   responses=ERRORS)
     guards.install(app, service.settings.state_dir)
@@ -162,11 +139,7 @@ def make_app(service: Service, open_metrics: bool = False, reserve_bytes: int = 
 
     @app.get("/hosts", dependencies=signed_in)
     def hosts() -> list[dict]:
-        allocations = service.allocations()
-        return [{"host": host, "slots": slots,
-                 "jobs": {str(j): a[host] for j, a in allocations.items() if host in a},
-                 "free": slots - sum(a.get(host, 0) for a in allocations.values())}
-                for host, slots in service.inventory.items()]
+        return host_slots(service)
 
     @app.get("/metrics", dependencies=scraping, response_class=Response,
              responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
@@ -188,6 +161,7 @@ def make_app(service: Service, open_metrics: bool = False, reserve_bytes: int = 
     def schema() -> dict:
         return app.openapi()
 
+    console.mount(app, service)
     return app
 
 
