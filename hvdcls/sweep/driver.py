@@ -35,6 +35,7 @@ class Running:
     number: int
     trial: Any  # optuna.Trial
     job_id: int
+    epochs: int  # its config's: the last epoch is never pruned (nothing left to save)
     reported: set[int] = field(default_factory=set)
 
 
@@ -70,7 +71,9 @@ class Driver:
             if job_id is None:
                 self.close(trial, "failed", message="interrupted before its job was submitted")
                 continue
-            self.active[frozen.number] = Running(frozen.number, trial, int(job_id), set(frozen.intermediate_values))
+            epochs = trials.config(self.plan, frozen.user_attrs.get("params", {})).training.epochs
+            self.active[frozen.number] = Running(frozen.number, trial, int(job_id), epochs,
+                                                 set(frozen.intermediate_values))
             self.say(f"trial {frozen.number}: following job {job_id} again")
 
     def start(self) -> None:
@@ -78,7 +81,7 @@ class Driver:
         params = searcher.suggest(trial, self.space, self.limits.grid)
         trial.set_user_attr("params", params)
         try:
-            trials.config(self.plan, params)  # a combination that cannot train costs no job
+            epochs = trials.config(self.plan, params).training.epochs  # one that cannot train costs no job
             job_id = self.jobs.submit(trials.job_spec(self.plan, trial.number, params))
         except UserError as err:
             if self.submitted == 0 and not self.finished_any():
@@ -89,7 +92,7 @@ class Driver:
             return
         self.submitted += 1
         trial.set_user_attr("job_id", job_id)
-        self.active[trial.number] = Running(trial.number, trial, job_id)
+        self.active[trial.number] = Running(trial.number, trial, job_id, epochs)
         self.say(f"trial {trial.number}: job {job_id}, {shown(params)}")
         self.changed()
 
@@ -106,7 +109,7 @@ class Driver:
             running.reported.add(epoch)
             prune = searcher.report(running.trial, epoch, found[epoch])
             self.changed()
-            if prune and job.state != "succeeded":
+            if prune and job.state != "succeeded" and epoch < running.epochs:
                 self.jobs.cancel(running.job_id)  # its slots go to the next trial now
                 self.close(running.trial, "pruned", epoch=epoch, value=found[epoch])
                 return
