@@ -133,17 +133,22 @@ def drive(args, study, params, plan: trials.Plan, jobs, limits: Limits, parent) 
         print(f"sweep: interrupted; {len(driver.active)} trial(s) go on in the service, and the same "
               f"command continues the sweep", file=sys.stderr)
         raise
+    except UserError:  # the service refused the first job, or went away: its one line says it
+        status = "FAILED"
+        raise
     finally:
-        top = summarise(args, study, plan)
+        top = summarise(args, study, plan, say=status != "FAILED")
         if parent is not None:
             parent.end(args.out, (results.TABLE, results.TABLE_JSON, results.BEST, results.PLOT),
                        top.value if top else None, args.metric, status)
     return 0 if top is not None else 1
 
 
-def summarise(args, study, plan: trials.Plan) -> Optional[results.Row]:
+def summarise(args, study, plan: trials.Plan, say: bool = True) -> Optional[results.Row]:
     table = results.rows(study.get_trials(deepcopy=False))
     top = results.write(args.out, table, plan, args.metric, args.direction)
+    if not say:
+        return top
     counts = {state: sum(r.state == state for r in table) for state in ("done", "pruned", "failed", "running")}
     print(f"sweep: {len(table)} trials ({', '.join(f'{n} {s}' for s, n in counts.items() if n)}) in {args.out}")
     if top is not None:

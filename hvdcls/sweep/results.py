@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -132,23 +131,22 @@ def _scatter(axis, table: Sequence[Row], key: str, metric: str) -> None:
     values = [row.params.get(key) for row in table]
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values if v is not None)
     labels = sorted({str(v) for v in values})
+    drawn = False
     for state, (marker, colour) in STYLE.items():
         shown = [r for r in table if r.state == state and r.value is not None and key in r.params]
         if shown:
             xs = [r.params[key] if numeric else labels.index(str(r.params[key])) for r in shown]
             axis.scatter(xs, [r.value for r in shown], marker=marker, color=colour, label=state)
+            drawn = True
     if not numeric:
         axis.set_xticks(range(len(labels)), labels)
     elif values and min(v for v in values if v is not None) > 0 and _spread(values) > 20:
         axis.set_xscale("log")
     axis.set(title=key, xlabel=key, ylabel=metric)
-    axis.legend(fontsize="small")
+    if drawn:
+        axis.legend(fontsize="small")
 
 
 def _spread(values: list) -> float:
     found = [v for v in values if v is not None]
     return max(found) / min(found) if found else 1.0
-
-
-def load_table(out_dir: Path) -> dict:
-    return json.loads((Path(out_dir) / TABLE_JSON).read_text())
