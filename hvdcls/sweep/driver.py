@@ -81,7 +81,11 @@ class Driver:
         params = searcher.suggest(trial, self.space, self.limits.grid)
         trial.set_user_attr("params", params)
         try:
-            epochs = trials.config(self.plan, params).training.epochs  # one that cannot train costs no job
+            epochs = trials.config(self.plan, params).training.epochs
+        except UserError as err:  # these values make a config that cannot train: no job for it
+            self.close(trial, "failed", message=str(err))
+            return
+        try:
             job_id = self.jobs.submit(trials.job_spec(self.plan, trial.number, params))
         except UserError as err:
             if self.submitted == 0 and not self.finished_any():

@@ -1,10 +1,10 @@
 """`hvdcls sweep` for real: a real `hvdcls serve` (2 slots) runs the trials as its jobs, and a
 real `mlflow server` records them, in one launch of each.
 
-The sweep: digits, 3 epochs, a grid of 4 (optimizer.lr 0.4 or 0.0001, momentum 0.9 or 0.8), two
+The sweep: digits, 2 epochs, a grid of 4 (optimizer.lr 0.4 or 0.0001, momentum 0.9 or 0.8), two
 trials at a time, median pruning after 2 finished trials. Its seed runs both lr=0.4 trials first
 (tests/unit/test_sweep_driver.py finds the same order), so the two lr=0.0001 trials, far below
-the median, are pruned at an early epoch and their jobs cancelled through the service. Asserted:
+the median, are pruned at their first epoch and their jobs cancelled through the service. Asserted:
 every trial is in trials.csv/json with its state and its job, the jobs are the sweep user's and
 ended as their trials say, best.yaml loads as `hvdcls train --config` reads it, the same command
 again adds no trial (its study.db), and MLflow holds the sweep as a parent run with the four
@@ -22,7 +22,7 @@ from tests.serve_server import REPO, ServeProcess, hvdcls
 
 pytestmark = pytest.mark.parallel
 EXPERIMENT = "hvdcls-sweep-test"
-SPACE = ["optimizer.lr=choice(0.4,0.0001)", "optimizer.momentum=choice(0.9,0.8)", "training.epochs=3",
+SPACE = ["optimizer.lr=choice(0.4,0.0001)", "optimizer.momentum=choice(0.9,0.8)", "training.epochs=2",
          "schedule.warmup_epochs=0", "output.report=false", "output.tensorboard=false", "output.checkpoint_every=0",
          f"output.mlflow_experiment={EXPERIMENT}"]
 
@@ -47,7 +47,7 @@ def test_a_sweep_runs_its_trials_as_service_jobs_prunes_and_resumes(server, mlfl
     assert too_many.returncode == 2 and too_many.stderr.strip().splitlines() == [
         "hvdcls: error: --parallel 3 x --np 1: 3 slots, and the service has 2"], too_many.stderr
     assert not out.exists()
-    done = hvdcls(*command, timeout=240)
+    done = hvdcls(*command, timeout=420)  # ~1 min on idle cores; far more when others share them
     assert done.returncode == 0, done.stdout + done.stderr
 
     table = json.loads((out / "trials.json").read_text())["trials"]
@@ -59,16 +59,16 @@ def test_a_sweep_runs_its_trials_as_service_jobs_prunes_and_resumes(server, mlfl
         job = server.http.get(f"/jobs/{trial['job_id']}").json()
         assert job["owner"] == "alice" and job["np"] == 1, job
         if trial["state"] == "done":
-            assert job["state"] == "succeeded" and sorted(trial["epochs"]) == ["1", "2", "3"], (trial, job)
+            assert job["state"] == "succeeded" and sorted(trial["epochs"]) == ["1", "2"], (trial, job)
             assert trial["value"] > 0.5
         else:  # cancelled at the decision, before its last epoch
-            assert job["state"] in ("cancelled", "running") and len(trial["epochs"]) < 3, (trial, job)
+            assert job["state"] in ("cancelled", "running") and list(trial["epochs"]) == ["1"], (trial, job)
             assert trial["value"] < 0.5
 
     best = cfg.load(out / "best.yaml")  # `hvdcls train --config best.yaml` reads it so
     top = max((t for t in table if t["state"] == "done"), key=lambda t: t["value"])
     assert (best.optimizer.lr, best.optimizer.momentum) == (0.4, top["params"]["optimizer.momentum"])
-    assert best.training.epochs == 3 and best.model.name == "compact_cnn" and best.output.mlflow_parent_run is None
+    assert best.training.epochs == 2 and best.model.name == "compact_cnn" and best.output.mlflow_parent_run is None
     assert (out / "sweep.png").read_bytes()[:4] == b"\x89PNG" and (out / "study.db").is_file()
 
     again = hvdcls(*command, timeout=120)  # the same command: the study has its 4 trials

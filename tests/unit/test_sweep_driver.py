@@ -183,3 +183,14 @@ def test_help_imports_neither_optuna_nor_mlflow_nor_httpx():
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'optuna', 'mlflow', 'httpx', 'hydra'}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
+
+
+def test_values_that_make_a_config_that_cannot_train_fail_that_trial_without_a_job():
+    space = parse(["training.epochs=choice(0,2)"])  # each value alone is an int; 0 epochs is not a run
+    study, jobs = searcher.open_study(None, SearchSettings(sampler="grid", seed=4, pruner="none"), space), FakeJobs()
+    plan = trials.Plan(base={}, fixed={"optimizer.lr": 0.4})
+    Driver(study, space, plan, jobs, Limits(2, 1, grid=True, poll_seconds=0), say=lambda line: None,
+           sleep=lambda s: None).run()
+    states = {r.params["training.epochs"]: (r.state, r.job_id, r.message) for r in results.rows(study.trials)}
+    assert states[0][:2] == ("failed", None) and "training.epochs" in states[0][2]
+    assert states[2][0] == "done" and len(jobs.specs) == 1
