@@ -37,17 +37,17 @@ def run(args: argparse.Namespace) -> int:
     settings = search_settings(args)
     searcher.check(params, settings)
     plan = make_plan(args, params)
-    trials.config(plan, {})  # the base config and the fixed values, as a trial gets them
+    base = trials.config(plan, {})  # the base config and the fixed values, as a trial gets them
+    jobs = connect(args)
+    check_slots(jobs, args)
     limit = args.trials
     if args.sampler == "grid" and searcher.grid_size(params) < limit:
         limit = searcher.grid_size(params)
         print(f"sweep: the grid has {limit} points: {limit} trials")
-    jobs = connect(args)
-    check_slots(jobs, args)
     args.out.mkdir(parents=True, exist_ok=True)
     study = searcher.open_study(args.out, settings, params)
     check_same_sweep(study, args)
-    parent = open_parent(args, study, params)
+    parent = open_parent(args, study, params, base.output.mlflow_experiment)
     plan = dataclasses.replace(plan, mlflow_parent=parent.run_id if parent else None)
     return drive(args, study, params, plan, jobs, Limits(limit, args.parallel, args.metric, args.sampler == "grid",
                                                          args.poll_seconds), parent)
@@ -104,12 +104,11 @@ def check_same_sweep(study, args: argparse.Namespace) -> None:
         raise UserError(f"{args.out} holds another sweep ({found}); give a new --out, or the same space and flags")
 
 
-def open_parent(args: argparse.Namespace, study, params):
+def open_parent(args: argparse.Namespace, study, params, experiment: str):
     if not args.mlflow:
         return None
     from hvdcls.sweep.tracking import ParentRun
 
-    experiment = trials.config(make_plan(args, params), {}).output.mlflow_experiment
     parent = ParentRun(args.mlflow, experiment, study, f"sweep-{args.out.name}")
     parent.log_space(params, {k: getattr(args, k) for k in SETTINGS} | {"trials": args.trials})
     return parent
