@@ -41,10 +41,10 @@ setup(
         "mpi": ["mpi4py>=4"],
         "serve": requirements("serve"),  # hvdcls serve / submit / jobs / ... (docs/serve.md)
         "track": requirements("track"),  # hvdcls train --mlflow URI (docs/tracking.md)
-        # The sweep's search space (docs/sweeps.md): hydra-core itself cannot be listed, as its
-        # metadata caps omegaconf below our pin; `make setup` installs it --no-deps
-        # (requirements/sweep.txt), and its missing is one line naming that.
-        "sweep": [r for r in requirements("sweep") if not r.startswith("hydra-core")],
+        # The sweep (docs/sweeps.md): Optuna, and the search space's parser, of which hydra-core
+        # itself cannot be listed, as its metadata caps omegaconf below our pin; `make setup`
+        # installs it --no-deps (requirements/sweep-space.txt), and its missing is one line naming that.
+        "sweep": requirements("sweep") + [r for r in requirements("sweep-space") if not r.startswith("hydra-core")],
         "test": requirements("test"),
     },
     entry_points={"console_scripts": ["hvdcls = hvdcls.cli:main"]},

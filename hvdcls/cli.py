@@ -12,6 +12,7 @@
     hvdcls serve --hosts a:2,b:2            a job queue over HTTP; then submit, jobs, status,
                                             logs -f, cancel (hvdcls/serve/commands.py)
     hvdcls serve --executor slurm           the same, each job an sbatch job; slurm-script prints one
+    hvdcls sweep KEY=SPEC ... --out DIR     a hyperparameter search, each trial a job of hvdcls serve
     horovodrun -np 2 -H localhost:2 --gloo hvdcls smoke --backend torch
     mpirun -np 2 --allow-run-as-root hvdcls smoke --backend tensorflow
 
@@ -215,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
                 add_bench):
         add(sub)
     importlib.import_module("hvdcls.serve.commands").add_parsers(sub)  # argparse only
+    importlib.import_module("hvdcls.sweep.arguments").add_parser(sub)  # argparse only
     return parser
 
 

@@ -5,8 +5,8 @@
 #      chromedriver (for the tests) from Debian's packages, installed when missing;
 #   2. a virtual environment (.venv) with torch + torchvision, TensorFlow (Keras 3), mpi4py
 #      built against that OpenMPI, the service's extra (hvdcls[serve]: FastAPI, uvicorn,
-#      SQLAlchemy, pydantic, httpx), MLflow's client (hvdcls[track]), Hydra's override parser
-#      (hvdcls[sweep]), the test tools (with an MLflow server), and this package (editable);
+#      SQLAlchemy, pydantic, httpx), MLflow's client (hvdcls[track]), Optuna and Hydra's override
+#      parser (hvdcls[sweep]), the test tools (with an MLflow server), and this package (editable);
 #   3. Horovod 0.28.1 built for this exact environment by tools/horovod_wheel.py, cached
 #      under ~/.cache/hvdcls/wheels and reused on the next run.
 #
@@ -80,13 +80,13 @@ ensure_venv() {
 requirement_files() {
     local tf=requirements/tensorflow.txt
     [ "$GPU" = 1 ] && tf=requirements/tensorflow-gpu.txt
-    echo requirements/core.txt requirements/serve.txt requirements/track.txt requirements/torch.txt "$tf" \
-        requirements/test.txt
+    echo requirements/core.txt requirements/serve.txt requirements/track.txt requirements/sweep.txt \
+        requirements/torch.txt "$tf" requirements/test.txt
 }
 
-# hydra-core goes in without its dependencies (requirements/sweep.txt says why): pip's resolver
+# hydra-core goes in without its dependencies (requirements/sweep-space.txt says why): pip's resolver
 # would refuse it beside our omegaconf pin.
-NO_DEPS=requirements/sweep.txt
+NO_DEPS=requirements/sweep-space.txt
 
 ensure_python_packages() {
     local files stamp

@@ -269,6 +269,7 @@ class OutputConfig:
     # (http://host:5000, file:..., sqlite:...); None: off. Needs hvdcls[track].
     mlflow_uri: Optional[str] = None
     mlflow_experiment: str = "hvdcls"  # created on first use
+    mlflow_parent_run: Optional[str] = None  # a run id: this run is its child (hvdcls sweep's trials)
 
 
 @dataclass

@@ -143,8 +143,12 @@ class MlflowSink(Sink):
         found = self.client.get_experiment_by_name(self.experiment)
         experiment_id = found.experiment_id if found else self.client.create_experiment(self.experiment)
         self.run_id = self.client.create_run(experiment_id, run_name=self.run_dir.name).info.run_id
+        tags = run_tags(info, self.run_dir)
+        parent = self.config.get("output", {}).get("mlflow_parent_run")
+        if parent:  # a sweep's trial: MLflow shows it under the sweep's run
+            tags["mlflow.parentRunId"] = parent
         self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in flatten(self.config).items()],
-                              tags=[RunTag(k, v) for k, v in run_tags(info, self.run_dir).items()])
+                              tags=[RunTag(k, v) for k, v in tags.items()])
 
     def _log_epoch(self, record: dict) -> None:
         from mlflow.entities import Metric

@@ -149,8 +149,9 @@ def add_token_commands(serve: argparse.ArgumentParser) -> None:
                             help=f"the service's state directory (default {DEFAULT_STATE_DIR})")
 
 
-def add_connection(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", help="the service (default: $HVDCLS_SERVE_URL, else STATE_DIR/server.json)")
+def add_connection(parser: argparse.ArgumentParser, *url_aliases: str) -> None:
+    parser.add_argument("--url", *url_aliases,
+                        help="the service (default: $HVDCLS_SERVE_URL, else STATE_DIR/server.json)")
     parser.add_argument("--token", help="your token (default: $HVDCLS_SERVE_TOKEN, else STATE_DIR/token)")
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
                         help="where the service keeps its address and the first admin's token")

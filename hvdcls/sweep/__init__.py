@@ -1,1 +1,2 @@
-"""Hyperparameter sweeps (docs/sweeps.md): so far the search space (space.py); the driver is to come."""
+"""Hyperparameter sweeps through the service (`hvdcls sweep`, docs/sweeps.md): the space, Optuna's
+searcher, the driver and the results."""

@@ -179,7 +179,7 @@ def first_line(err: Exception) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     """`python -m hvdcls.sweep.space KEY=SPEC ...`: the space as JSON, one parameter a line; a
-    check of a space until `hvdcls sweep` takes one."""
+    check of a space alone (`hvdcls sweep` takes the same)."""
     try:
         params = parse(sys.argv[1:] if argv is None else argv)
     except UserError as err:
