@@ -6,6 +6,7 @@ from pathlib import Path
 
 from hvdcls import fileio, tables
 from hvdcls.bench.guard import BUSY_SHARE
+from hvdcls.bench.sharding import SHARDED
 
 COLUMNS = ["runner", "backend", "np", "compression", "batch", "model", "data", "balance", "compile",
            "zero", "img/s (median)", "spread", "img/s/worker", "scaling eff.", "step ms", "1st step s",
@@ -48,7 +49,7 @@ def memory_labels(cell: dict) -> list[str]:
     against = cell.get("memory_vs_np_1") or {}
     return ([fmt(megabytes(mine.get(name)), "{:.0f}" if name == "peak_rss_bytes" else "{:.3f}")
              for name in MEMORY]
-            + [fmt(against.get(name), "{:.3f}") for name in ("optimizer_state_bytes", "grad_bytes")])
+            + [fmt(against.get(name), "{:.3f}") for name in SHARDED])
 
 
 def compression_label(cell: dict) -> str:
