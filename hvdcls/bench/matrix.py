@@ -33,9 +33,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-from hvdcls import fileio, gpu, horovod_env, launch, registry
+from hvdcls import fileio, gpu, horovod_env, launch, registry, zero
 from hvdcls.bench import data as bench_data
-from hvdcls.bench import guard, peers, slow
+from hvdcls.bench import guard, peers, sharding, slow
 from hvdcls.config import Compression, HorovodConfig
 from hvdcls.errors import UserError
 from hvdcls.flags import option
@@ -101,6 +101,9 @@ class BenchSpec:
     compiles: list[str] = option(["off"], flag="--compile", choices=("off", "on"),
                                  help="training.compile of the hvdcls cells (on: torch.compile / "
                                  "XLA; its compile runs in untimed steps first)")
+    zeros: list[int] = option([0], flag="--zero", choices=zero.LEVELS,
+                              help="training.zero of the hvdcls cells (1: optimizer state sharded, "
+                              "2: gradients too); the baselines run beside zero 0 only")
     slow_rank: Optional[str] = option(None, help="RANK=FRACTION: that rank of every np>1 cell runs "
                                       "with FRACTION of the CPU of the others (a cgroup; root), "
                                       "e.g. 1=0.5; DDP cells are left out")
@@ -117,10 +120,11 @@ class Cell:
     data: str = "memory"  # memory: one batch held in memory; imagefolder | lmdb: real loader
     balance: str = "off"  # training.balance (hvdcls cells with np > 1)
     compile: str = "off"  # training.compile (hvdcls cells)
+    zero: int = 0  # training.zero (hvdcls cells)
 
     def key(self) -> tuple:
         return (self.backend, self.np, self.compression, self.batch_size, self.model, self.data,
-                self.balance, self.compile)
+                self.balance, self.compile, self.zero)
 
     def file_name(self) -> str:
         return f"{self.runner}-{'-'.join(map(str, self.key()))}.json"
@@ -144,12 +148,13 @@ def cells(spec: BenchSpec) -> list[Cell]:
             for balance in spec.balances if balance != "off"]
     # each compiled cell right after its plain one: a round measures the two side by side
     out = [replace(c, compile=mode) for c in out for mode in spec.compiles]
+    out = [replace(c, zero=level) for c in out for level in spec.zeros]  # the same, by level
     if spec.baselines:
         runners = [r for r in spec.baseline_runners if r == "raw-horovod" or not spec.slow_rank]
         if spec.link_mbit:  # the peers that cross the namespaces; the others would not be comparable
             runners = [r for r in runners if r == "raw-horovod" or r in peers.ACROSS_LINK]
         out += [Cell(runner, c.backend, *c.key()[1:]) for c in list(out)
-                if c.balance == "off" and c.compile == "off"
+                if c.balance == "off" and c.compile == "off" and c.zero == 0
                 for runner in runners if (runner, c.backend) in BASELINE_SCRIPTS
                 and (runner, c.compression) not in NO_BASELINE
                 and c.data != "lmdb"]  # LMDB is our own format: no plain loop reads it
@@ -169,12 +174,17 @@ def worker_args(cell: Cell, spec: BenchSpec, out: Path) -> list[str]:
             "--device", spec.device, *bench_data.data_flags(cell.data, out.parent, spec.loader_workers)]
 
 
+def hvdcls_worker_args(cell: Cell, spec: BenchSpec, out: Path) -> list[str]:
+    """hvdcls.bench.worker's flags: the baselines' and the settings only hvdcls has."""
+    return ["--backend", cell.backend, *worker_args(cell, spec, out), "--balance", cell.balance,
+            "--compile", cell.compile, "--zero", str(cell.zero)]
+
+
 def command(cell: Cell, spec: BenchSpec, out: Path, hosts=None, throttle=None) -> list[str]:
     """The cell's launch; `throttle`: (cgroup, rank) whose process runs inside that cgroup."""
     args = worker_args(cell, spec, out)
     if cell.runner == "hvdcls":
-        program = [sys.executable, "-m", "hvdcls.bench.worker", "--backend", cell.backend, *args,
-                   "--balance", cell.balance, "--compile", cell.compile]
+        program = [sys.executable, "-m", "hvdcls.bench.worker", *hvdcls_worker_args(cell, spec, out)]
     else:
         program = [sys.executable, str(BASELINES_DIR / BASELINE_SCRIPTS[(cell.runner, cell.backend)]), *args]
     if cell.runner in peers.PEERS.values():
@@ -313,31 +323,38 @@ def summarise(cell: Cell, raw: dict) -> dict:
             "horovod_settings": raw.get("horovod_settings", {}), "versions": raw.get("versions", {}),
             "balance_plan": (raw.get("balance") or {}).get("batches"),
             "first_step_seconds": raw.get("first_step_seconds"),
+            # rank 0's tensors and peak RSS, and every rank's (hvdcls.training.memory)
+            "memory": raw.get("memory"), "rank_memory": raw.get("rank_memory"),
             # the peer's own settings: DDP's buckets and hook, MWMS's collective and its checks
             "runner_settings": raw.get("ddp") or raw.get("mwms"),
             **guard.summarise(raw.get("outside", []))}
 
 
 def add_ratios(results: list[dict]) -> None:
-    """Scaling efficiency against np=1 of the same runner, and the cross-runner ratios."""
-    speed = {(r["runner"], Cell.of(r).key()): r["images_per_sec"]["median"]
-             for r in results if "error" not in r}
+    """Scaling efficiency against np=1 of the same runner, and the cross-runner ratios; for
+    training.zero, the speed and the sharded bytes against zero 0 and the bytes against np=1."""
+    good = {(r["runner"], Cell.of(r).key()): r for r in results if "error" not in r}
+    speed = {key: r["images_per_sec"]["median"] for key, r in good.items()}
     for r in results:
         if "error" in r:
             continue
-        key = Cell.of(r).key()
+        cell = Cell.of(r)
+        key = cell.key()
         mine = speed[(r["runner"], key)]
-        single = speed.get((r["runner"], (key[0], 1, "none", *key[3:6], "off", key[7])))
+        single_key = (r["runner"], replace(cell, np=1, compression="none", balance="off").key())
+        single = speed.get(single_key)
         raw, peer = speed.get(("raw-horovod", key)), speed.get((peers.peer(r["backend"]), key))
         r["scaling_efficiency"] = mine / (r["np"] * single) if single else None
         r["vs_raw_horovod"] = mine / raw if raw and r["runner"] == "hvdcls" else None
         # against the framework's own data parallelism: DDP for torch, MWMS for TensorFlow
         r["peer"] = peers.peer(r["backend"])
         r["horovod_vs_peer"] = mine / peer if peer and r["runner"] in ("hvdcls", "raw-horovod") else None
-        off = speed.get((r["runner"], (*key[:6], "off", key[7])))
+        off = speed.get((r["runner"], replace(cell, balance="off").key()))
         r["vs_balance_off"] = mine / off if off and r["balance"] != "off" else None
-        plain = speed.get((r["runner"], (*key[:7], "off")))
+        plain = speed.get((r["runner"], replace(cell, compile="off").key()))
         r["vs_compile_off"] = mine / plain if plain and r["compile"] != "off" else None
+        twin = good.get((r["runner"], replace(cell, zero=0).key())) if cell.zero else None
+        sharding.add_ratios(r, twin, good.get(single_key) if cell.np > 1 else None)
 
 
 def shaped_hosts(spec: BenchSpec):
@@ -428,6 +445,10 @@ def validate(spec: BenchSpec) -> None:
     if "dynamic" in spec.balances and (max(spec.nps) < 2 or "memory" not in spec.data):
         raise UserError("--balance dynamic balances np>1 cells on memory data: add --np 2 "
                         "and --data memory")
+    # on memory data: where the images come from is no part of what training.zero serves
+    sharding.refuse_unservable(spec.zeros, spec.device, [
+        (cell, hvdcls_worker_args(replace(cell, data="memory"), spec, Path("cell.json")))
+        for cell in cells(spec) if cell.runner == "hvdcls" and cell.zero])
 
 
 def machine() -> dict:

@@ -53,7 +53,8 @@ def best_against_peers(results: list[dict]) -> list[dict]:
     uses its best."""
     best: dict[tuple, dict[str, dict]] = {}
     for r in results:
-        plain = r.get("balance", "off") == "off" and r.get("compile", "off") == "off"
+        plain = (r.get("balance", "off") == "off" and r.get("compile", "off") == "off"
+                 and r.get("zero", 0) == 0)
         if "error" in r or r["np"] < 2 or not plain or r["runner"] not in ("hvdcls", peer(r["backend"])):
             continue
         setting = (r["backend"], r["np"], r["batch_size"], r["model"], r.get("data", "memory"))

@@ -6,11 +6,14 @@ from pathlib import Path
 
 from hvdcls import fileio, tables
 from hvdcls.bench.guard import BUSY_SHARE
+from hvdcls.bench.sharding import SHARDED
 
 COLUMNS = ["runner", "backend", "np", "compression", "batch", "model", "data", "balance", "compile",
-           "img/s (median)", "spread", "img/s/worker", "scaling eff.", "step ms", "1st step s",
+           "zero", "img/s (median)", "spread", "img/s/worker", "scaling eff.", "step ms", "1st step s",
            "allreduce wait", "data wait", "MB/step", "vs raw Horovod", "Horovod/peer",
-           "vs balance off", "vs compile off", "outside CPU"]
+           "vs balance off", "vs compile off", "vs zero 0", "param MB", "grad MB", "opt state MB",
+           "peak RSS MB", "opt state vs np=1", "grad vs np=1", "outside CPU"]
+MEMORY = ("param_bytes", "grad_bytes", "optimizer_state_bytes", "peak_rss_bytes")  # rank 0's
 
 
 def fmt(value, pattern: str = "{:.2f}") -> str:
@@ -24,7 +27,7 @@ def megabytes(num_bytes):
 def row(cell: dict) -> list[str]:
     head = [cell["runner"], cell["backend"], str(cell["np"]), compression_label(cell),
             str(cell["batch_size"]), cell["model"], data_label(cell), balance_label(cell),
-            cell.get("compile", "off")]
+            cell.get("compile", "off"), str(cell.get("zero", 0))]
     if "error" in cell:
         return head + [f"failed: {cell['error'][:80]}"] + [""] * (len(COLUMNS) - len(head) - 1)
     ips = cell["images_per_sec"]
@@ -36,7 +39,17 @@ def row(cell: dict) -> list[str]:
                    fmt(cell.get("data_wait_share"), "{:.0%}"),
                    fmt(megabytes(cell["allreduce_bytes_per_step"]), "{:.2f}"),
                    fmt(cell["vs_raw_horovod"]), fmt(cell.get("horovod_vs_peer")),
-                   fmt(cell.get("vs_balance_off")), fmt(cell.get("vs_compile_off")), outside_label(cell)]
+                   fmt(cell.get("vs_balance_off")), fmt(cell.get("vs_compile_off")),
+                   fmt(cell.get("vs_zero_0")), *memory_labels(cell), outside_label(cell)]
+
+
+def memory_labels(cell: dict) -> list[str]:
+    """Rank 0's bytes in MB (the baselines count none) and the sharded ones against np=1."""
+    mine = cell.get("memory") or {}
+    against = cell.get("memory_vs_np_1") or {}
+    return ([fmt(megabytes(mine.get(name)), "{:.0f}" if name == "peak_rss_bytes" else "{:.3f}")
+             for name in MEMORY]
+            + [fmt(against.get(name), "{:.3f}") for name in SHARDED])
 
 
 def compression_label(cell: dict) -> str:
@@ -97,7 +110,11 @@ def markdown(report: dict) -> str:
              "loader with N workers per rank; data wait: share of the step blocked waiting for "
              "the next batch; balance: training.balance and the per-rank batches it settled on; "
              "compile: training.compile (torch.compile / XLA); 1st step s: the first step, "
-             "which compiles when it is on (untimed, as are the steps after it); Horovod/peer: "
+             "which compiles when it is on (untimed, as are the steps after it); zero: "
+             "training.zero (1: optimizer state sharded, 2: gradients too), vs zero 0 its img/s "
+             "over the zero 0 cell's; param/grad/opt state MB: rank 0's tensors after the timed "
+             "steps, counted from them, and its peak RSS; opt state/grad vs np=1: those bytes "
+             "over the np=1 cell's at the same zero (0.50: halved per rank); Horovod/peer: "
              "against the framework's own data parallelism, DDP (torch; powersgd in one bucket) "
              "or MultiWorkerMirroredStrategy (TensorFlow, uncompressed only)"
              + slow_label(report["spec"]) + "; outside CPU: what processes other than the bench "
@@ -167,7 +184,8 @@ def plot(report: dict, path: Path) -> None:
     good = [c for c in report["cells"] if "error" not in c]
     labels = [f"{c['runner']}\n{c['backend'][:5]} np{c['np']} {c['compression']}\nb{c['batch_size']} "
               f"{c['model']}\n{data_label(c)}{wait_label(c)}\n{balance_label(c)}"
-              f"{' compiled' if c.get('compile') == 'on' else ''}" for c in good]
+              f"{' compiled' if c.get('compile') == 'on' else ''}"
+              f"{' zero ' + str(c['zero']) if c.get('zero') else ''}" for c in good]
     medians = [c["images_per_sec"]["median"] for c in good]
     errors = [[m - c["images_per_sec"]["min"] for m, c in zip(medians, good)],
               [c["images_per_sec"]["max"] - m for m, c in zip(medians, good)]]

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from hvdcls import config as cfg
-from hvdcls import fileio, horovod_env, registry
+from hvdcls import fileio, horovod_env, registry, zero
 from hvdcls.bench import anatomy
 from hvdcls.bench import data as bench_data
 from hvdcls.data import datasets
@@ -31,7 +31,7 @@ from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.data.sharding import TrainShards
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
-from hvdcls.training import balance
+from hvdcls.training import balance, memory
 
 BALANCE_SETTLE_STEPS = 15  # --balance dynamic: untimed steps for the plan to settle first
 # --compile on: untimed steps after the first (which compiles), before the warm-up; a graph
@@ -65,6 +65,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "--batch-size x ranks in all (memory data only)")
     parser.add_argument("--compile", default="off", choices=["off", "on"],
                         help="on: training.compile (torch.compile / XLA)")
+    parser.add_argument("--zero", type=int, default=0, choices=zero.LEVELS,
+                        help="training.zero: 1 optimizer state sharded, 2 gradients too")
     parser.add_argument("--anatomy", type=Path, metavar="DIR",
                         help="tools/step_anatomy.py: each rank's thread counters over the timed "
                         "steps into DIR (hvdcls.bench.anatomy)")
@@ -103,6 +105,7 @@ def cell_config(args: argparse.Namespace) -> cfg.Config:
         f"horovod.powersgd.rank={args.powersgd_rank}",
         f"horovod.powersgd.start_iter={max(0, args.warmup - 1)}",
         f"training.balance={args.balance}", f"training.compile={str(args.compile == 'on').lower()}",
+        f"training.zero={args.zero}",
     ], {})
 
 
@@ -254,9 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     sleeping_wait(backend, os.environ.get(EXPERIMENTAL_WAIT))
     probe = anatomy_probe(args, backend, ctx.rank)
     reps = measured_reps(backend, feed, args, data_wait, probe.window() if probe else None)
+    # after the timed steps: the optimizer state and the gradients exist (every rank: a collective)
+    mine, ranks = memory.summarise(backend)
     if ctx.is_main:
         out = result(args, ctx, info, settings, reps, (backend.communication() or {}).get("bytes_per_step"))
         out["first_step_seconds"] = first_step
+        out["memory"], out["rank_memory"] = mine, ranks
         if isinstance(feed, BalancedFeed):
             out["balance"] = feed.rebalancer.balancer.summary()
         fileio.write_json_atomic(args.out, out)

@@ -52,6 +52,20 @@ def test_every_cell_ran_with_positive_finite_numbers(report):
             assert positive(cell["horovod_vs_peer"]), cell  # DDP for torch, MWMS for TensorFlow
 
 
+def test_every_hvdcls_cell_counted_its_ranks_memory(report):
+    """The memory columns (`--zero` sets them against each other): every rank's tensors counted
+    after the timed steps; unsharded (zero 0, the default), np=2 holds what np=1 does per rank."""
+    _, data = report
+    hv = [c for c in data["cells"] if c["runner"] == "hvdcls"]
+    for cell in hv:
+        assert cell["zero"] == 0 and len(cell["rank_memory"]) == cell["np"], cell
+        assert all(positive(v) for v in cell["memory"].values()), cell
+        assert cell["rank_memory"][0] == cell["memory"]  # rank 0's own, gathered with the others'
+    for cell in (c for c in hv if c["np"] == 2):
+        assert cell["memory_vs_np_1"] == {"optimizer_state_bytes": 1.0, "grad_bytes": 1.0}, cell
+    assert all(c["memory"] is None for c in data["cells"] if c["runner"] != "hvdcls")
+
+
 def test_mwms_ran_its_collectives_across_both_workers(report):
     _, data = report
     mwms = next(c for c in data["cells"] if c["runner"] == "mwms" and c["np"] == 2)
