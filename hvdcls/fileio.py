@@ -32,3 +32,10 @@ def _umask() -> int:
 
 def write_json_atomic(path: Path, obj) -> None:
     write_atomic(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def read_jsonl(path: Path) -> list:
+    """One JSON value per non-blank line (metrics.jsonl: a run's epochs). OSError when the file
+    cannot be read, ValueError for a line that is not JSON: a file written by write_atomic is
+    never torn, so a bad line is a damaged file, for the caller to name."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

@@ -142,8 +142,7 @@ def environment(cell: Cell) -> dict[str, str]:
 
 
 def read_records(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return fileio.read_jsonl(run_dir / "metrics.jsonl")
 
 
 def run_once(cell: Cell, spec: AccuracySpec, run_dir: Path, run: int = 0) -> dict:

@@ -20,7 +20,7 @@ from typing import Optional
 
 from hvdcls import tables
 from hvdcls.errors import UserError
-from hvdcls.fileio import write_atomic
+from hvdcls.fileio import read_jsonl, write_atomic
 from hvdcls.observe.monitor import Sink
 
 REPORT_FILE = "report.png"
@@ -59,7 +59,7 @@ def load_run(directory: Path, timeline_limit_bytes: Optional[int] = None) -> Run
     metrics = directory / "metrics.jsonl"
     if not metrics.is_file():
         raise UserError(f"{directory} is not a run directory: no metrics.jsonl (hvdcls train writes one)")
-    history = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    history = read_jsonl(metrics)
     if not history:
         raise UserError(f"{metrics} holds no epoch yet")
     summary_file = directory / "summary.json"

@@ -4,12 +4,14 @@ its logic runs against a stand-in in the unit tests.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional, Protocol
 
+from hvdcls import fileio
 from hvdcls.errors import UserError
 from hvdcls.sweep.trials import JobView, view
+
+METRICS_FILE = "metrics.jsonl"  # hvdcls train's epoch records (hvdcls.training.outputs)
 
 
 class Jobs(Protocol):
@@ -50,17 +52,10 @@ class ServiceJobs:
 
 def read_history(run_dir: Optional[str]) -> list[dict]:
     """The run's metrics.jsonl when this machine sees the run directory (the service's own, or a
-    shared file system); else [] and the API's last epoch alone. A line being written is skipped."""
+    shared file system); else [] and the API's last epoch alone."""
     if not run_dir:
         return []
     try:
-        text = (Path(run_dir) / "metrics.jsonl").read_text()
-    except OSError:
+        return fileio.read_jsonl(Path(run_dir) / METRICS_FILE)
+    except (OSError, ValueError):
         return []
-    records = []
-    for line in text.splitlines():
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            continue
-    return records

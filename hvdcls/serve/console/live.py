@@ -9,10 +9,10 @@ gets the rest.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Optional
 
+from hvdcls import fileio
 from hvdcls.serve import views
 from hvdcls.serve.service import Service
 from hvdcls.serve.store import QUEUED, RUNNING, STATES, Job
@@ -56,17 +56,13 @@ def fingerprint(html: str) -> str:
 def epochs(job: Job, after: int = 0) -> list[dict]:
     """The job's epoch records from `after` on (metrics.jsonl, a line per finished epoch), each
     cut to the numbers the curves draw."""
-    path = Path(job.run_dir) / "metrics.jsonl" if job.run_dir else None
-    if path is None or not path.is_file():
+    if not job.run_dir:
         return []
-    records = []
-    for line in path.read_text(errors="replace").splitlines()[after:]:
-        try:
-            record = json.loads(line)
-        except ValueError:  # a line being written: the next poll reads it whole
-            break
-        records.append(curve_point(record))
-    return records
+    try:
+        records = fileio.read_jsonl(Path(job.run_dir) / "metrics.jsonl")
+    except (OSError, ValueError):  # none yet (or a damaged file): no curve rather than a 500
+        return []
+    return [curve_point(record) for record in records[after:]]
 
 
 def curve_point(record: dict) -> dict:
