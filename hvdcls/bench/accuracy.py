@@ -22,7 +22,7 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -56,7 +56,7 @@ class AccuracySpec:
     backends: list[str] = option(["torch", "tensorflow"], flag=None)  # the bench's own flags
     nps: list[int] = option([1, 2], flag=None)
     batch_sizes: list[int] = option([16], flag=None)
-    overrides: list[str] = field(default_factory=list)  # key=value for every launch
+    overrides: list[str] = option([], flag=None)  # key=value for every launch: given as trailing settings, no flag
     timeout: int = option(1800, flag=None)  # seconds per launch
 
 

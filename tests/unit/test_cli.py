@@ -157,3 +157,15 @@ def test_lr_find_takes_trains_flags_and_keys():
     assert args.backend == "tensorflow" and args.overrides == ["optimizer.lr_find.steps=50"]
     assert (flags["data.path"], flags["training.batch_size"], flags["optimizer.lr"]) == ("/d/x", 64, "auto")
     assert train_flags(parse(build_parser(), ["train", "--lr", "0.2"]))["optimizer.lr"] == 0.2
+
+
+def test_the_bench_takes_settings_as_trailing_keys_and_lists_no_flag_that_cannot_take_them(capsys):
+    from hvdcls.cli import build_parser, parse
+
+    args = parse(build_parser(), ["bench", "--np", "1", "2", "training.epochs=3", "--to-accuracy", "0.9",
+                                  "optimizer.lr=0.4"])
+    assert args.nps == [1, 2] and args.overrides == ["training.epochs=3", "optimizer.lr=0.4"]
+    # the settings are gathered before argparse: a flag of their own was left without values
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["bench", "--help"])
+    assert exit_.value.code == 0 and "--overrides" not in capsys.readouterr().out
