@@ -4,7 +4,7 @@
     GET  /jobs[?state=&limit=&offset=&order=]   the queue and what ran, a page of it (X-Total-Count)
     GET  /jobs/{id}            state, owner, hosts, progress, last metrics, run directory, why it failed
     GET  /jobs/{id}/logs       stdout (or ?stream=stderr); ?follow=true streams until it ends
-    POST /jobs/{id}/cancel     by its owner or an admin, else 403
+    POST /jobs/{id}/cancel     by its owner or an admin, else 403 (?reason=pruned: a sweep's trial it stopped)
     GET  /hosts                the inventory: slots and the jobs on each host
     GET  /metrics              Prometheus (hvdcls.serve.metrics): queue, jobs by state, slots per host, per-job
                                progress and slots, resizes, queue-wait and first-step histograms
@@ -43,7 +43,7 @@ from hvdcls.serve.metrics import ServiceCollector
 from hvdcls.serve.service import Service
 from hvdcls.serve.settings import Settings
 from hvdcls.serve.spec import INT64, JobSpec
-from hvdcls.serve.store import RUNNING, STATES, Job, State, User
+from hvdcls.serve.store import PRUNED, RUNNING, STATES, Job, State, User
 from hvdcls.serve.views import host_slots, read_log, view
 
 SERVER_FILE = "server.json"
@@ -130,12 +130,15 @@ def make_app(service: Service, open_metrics: bool = False, reserve_bytes: int = 
 
     @app.post("/jobs/{job_id}/cancel", responses={403: {"description": "another user's job"},
                                                   404: {"description": "no such job"}})
-    def cancel(job_id: JobId, who: User = Depends(user)) -> dict:
+    def cancel(job_id: JobId, who: User = Depends(user), reason: Optional[Literal["pruned"]] = None) -> dict:
+        """`reason=pruned`: its sweep stopped the trial (the console shows it pruned, not cancelled)."""
         job = found(job_id)
         if not users.may_cancel(who, job.owner):
             raise HTTPException(403, f"job {job_id} is {job.owner or 'nobody'}'s: only its owner or an admin "
                                 "may cancel it")
-        return view(service.cancel(job_id) or job)
+        if reason == PRUNED and job.sweep_id is None:
+            raise HTTPException(422, f"reason=pruned: job {job_id} is no sweep's trial")
+        return view(service.cancel(job_id, reason) or job)
 
     @app.get("/hosts", dependencies=signed_in)
     def hosts() -> list[dict]:

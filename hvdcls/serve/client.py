@@ -102,6 +102,13 @@ def elastic_text(job: dict) -> Optional[str]:
     return f"np {job['min_np']}..{job['max_np']}, resized {job.get('resizes') or 0} time(s)"
 
 
+def sweep_text(job: dict) -> Optional[str]:
+    tag = job.get("sweep")
+    if not tag:
+        return None
+    return f"{tag['id']}, trial {tag['trial']}" + (" (pruned)" if job.get("cancel_reason") == "pruned" else "")
+
+
 def progress_text(job: dict) -> str:
     done = job.get("progress")
     return f"{100 * done['fraction']:.0f}% (epoch {done['epoch']}/{done['epochs']})" if done else "-"
@@ -130,11 +137,11 @@ def status(args: argparse.Namespace) -> int:
     for label, value in (("job", f"{job['id']} {job['name'] or ''}".strip()), ("owner", job.get("owner")),
                          ("state", job["state"]),
                          ("backend", f"{job['backend']}, np {job['np']}"), ("hosts", hosts_text(job["hosts"])),
-                         ("elastic", elastic_text(job)),
+                         ("elastic", elastic_text(job)), ("sweep", sweep_text(job)),
                          ("progress", progress_text(job)), ("run dir", job["run_dir"] or "-"),
                          ("last metrics", json.dumps(job.get("last_metrics")) if job.get("last_metrics") else "-"),
                          ("exit status", job["exit_status"]), ("slurm job", job.get("external_id"))):
-        if label != "elastic" or value:  # the line only for elastic jobs
+        if label not in ("elastic", "sweep") or value:  # those lines only for elastic jobs, sweeps' trials
             print(f"{label:>13}: {value if value is not None else '-'}")
     if job["message"]:
         print(job["message"])

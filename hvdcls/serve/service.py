@@ -61,6 +61,7 @@ class Service:
         for one this service cannot run. An executor that keeps its own queue gets it now."""
         config = job_spec.resolve(spec, self.settings.data_roots)
         self.executor.check(spec)
+        self.check_sweep(spec, owner)
         job = self.store.add(spec.model_dump(), config.training.epochs, owner)
         if self.executor.inventory is None:
             try:
@@ -71,18 +72,28 @@ class Service:
         self.wake.set()
         return job
 
-    def cancel(self, job_id: int) -> Optional[Job]:
+    def check_sweep(self, spec: job_spec.JobSpec, owner: Optional[str]) -> None:
+        """A sweep's trials are one user's: a job may not join another user's sweep."""
+        if spec.sweep is None:
+            return
+        holder = self.store.sweep_owner(spec.sweep.id)
+        if holder is not None and holder != owner:
+            raise UserError(f"sweep.id {spec.sweep.id!r}: that sweep is {holder}'s; give another id")
+
+    def cancel(self, job_id: int, reason: Optional[str] = None) -> Optional[Job]:
         """In the service's queue: cancelled now. In the executor's hands: the loop asks it to
-        stop the job (the host list: SIGTERM, SIGKILL after the grace; Slurm: scancel)."""
+        stop the job (the host list: SIGTERM, SIGKILL after the grace; Slurm: scancel). `reason`
+        (store.PRUNED: its sweep stopped it) is kept with the first request to stop it."""
         now = time.time()
         job = self.store.get(job_id)
         if job is None:
             return None
         if not self.executor.holds(job):
             job = self.store.update(job_id, expect=(QUEUED,), state=CANCELLED, ended_at=now,
-                                    message="cancelled before it started") or self.store.get(job_id)
+                                    message="cancelled before it started", cancel_reason=reason
+                                    ) or self.store.get(job_id)
         if job is not None and job.state in (QUEUED, RUNNING) and job.stop_requested_at is None:
-            self.store.update(job_id, expect=(QUEUED, RUNNING), stop_requested_at=now)
+            self.store.update(job_id, expect=(QUEUED, RUNNING), stop_requested_at=now, cancel_reason=reason)
         self.wake.set()
         return self.store.get(job_id)
 

@@ -58,6 +58,38 @@ def slurm_model() -> type[BaseModel]:
 
 
 SlurmSpec = slurm_model()
+MAX_SWEEP_PARAMS = 200
+
+
+class SweepTag(BaseModel):
+    """A job that is one trial of a sweep (`hvdcls sweep` sets it; the console's sweep pages
+    group the jobs by `id`). Labels only: nothing of it reaches the run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(max_length=100, pattern=NAME_PATTERN, description="the sweep's id: every trial's job "
+                    "carries the same (one user's: another user's jobs cannot join it)")
+    name: Optional[str] = Field(default=None, max_length=100, pattern=NAME_PATTERN, description="a label")
+    trial: int = Field(ge=0, le=INT64, description="the trial's number in the sweep, from 0")
+    params: dict[str, Any] = Field(default_factory=dict, description="the trial's values: dotted key -> value")
+    metric: str = Field(default="val_accuracy", max_length=64, pattern=r"^[a-z][a-z0-9_]*$",
+                        description="the epoch record the sweep ranks trials by")
+    direction: Literal["maximize", "minimize"] = "maximize"
+    trials: Optional[int] = Field(default=None, ge=1, le=INT64, description="the trials the sweep asks for")
+
+    @field_validator("params")
+    @classmethod
+    def plain_params(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if len(value) > MAX_SWEEP_PARAMS:
+            raise ValueError(f"at most {MAX_SWEEP_PARAMS} parameters")
+        for key, item in value.items():
+            if not KEY.match(key):
+                raise ValueError(f"key {key[:80]!r} is not a dotted name")
+            for scalar in item if isinstance(item, list) else [item]:
+                if isinstance(scalar, (dict, list)):
+                    raise ValueError(f"{key}: a value is a number, a string, a boolean or a list of those")
+                check_scalar(key, scalar)
+        return value
 
 
 class JobSpec(BaseModel):
@@ -83,6 +115,7 @@ class JobSpec(BaseModel):
                           "queue it again, resuming from its latest checkpoint, instead of failing it")
     slurm: Optional[SlurmSpec] = Field(default=None, description="--executor slurm: "  # type: ignore[valid-type]
                                        + ", ".join(f.name for f in dataclasses.fields(SlurmOptions)))
+    sweep: Optional[SweepTag] = Field(default=None, description="this job is a trial of a sweep (hvdcls sweep)")
 
     @field_validator("backend")
     @classmethod

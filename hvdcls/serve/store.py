@@ -34,6 +34,7 @@ QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded"
 State = Literal["queued", "running", "succeeded", "failed", "cancelled"]  # the API's ?state= choices
 STATES: tuple[str, ...] = get_args(State)
 FINAL = (SUCCEEDED, FAILED, CANCELLED)
+PRUNED = "pruned"  # a cancel's reason: the job's sweep stopped it (POST /jobs/{id}/cancel?reason=pruned)
 
 
 class Base(DeclarativeBase):
@@ -71,11 +72,14 @@ class Job(Base):
     message: Mapped[Optional[str]] = mapped_column(Text)  # why it failed: reason + last log lines
     external_id: Mapped[Optional[str]] = mapped_column(String(64))  # its Slurm job id (--executor slurm)
     owner: Mapped[Optional[str]] = mapped_column(String(64))  # the user who submitted it (users.name)
+    sweep_id: Mapped[Optional[str]] = mapped_column(String(100), index=True)  # its spec's sweep.id: a trial
+    cancel_reason: Mapped[Optional[str]] = mapped_column(String(16))  # None: a person's; PRUNED: its sweep's
 
     def as_dict(self) -> dict[str, Any]:
         out = {c.name: getattr(self, c.name) for c in self.__table__.columns}
         out["spec"] = json.loads(self.spec)
         out["hosts"] = json.loads(self.hosts) if self.hosts else None
+        out["sweep"] = out["spec"].get("sweep")  # the trial it is, if any (hvdcls sweep)
         return out
 
 
@@ -105,7 +109,8 @@ class Store:
             job = Job(spec=json.dumps(spec, sort_keys=True), np=spec["np"], backend=spec["backend"],
                       name=spec["name"], requeue=spec["requeue"], elastic=spec["elastic"],
                       min_np=spec["min_np"], max_np=spec["max_np"], resizes=0, epochs=epochs,
-                      state=QUEUED, submitted_at=time.time(), attempts=0, owner=owner)
+                      state=QUEUED, submitted_at=time.time(), attempts=0, owner=owner,
+                      sweep_id=(spec.get("sweep") or {}).get("id"))
             session.add(job)
         return job
 
@@ -131,6 +136,7 @@ class Store:
     def count(self, states: tuple[str, ...] = STATES) -> int:
         with self.session() as session:
             return session.scalar(select(func.count()).select_from(Job).where(Job.state.in_(states))) or 0
+
     def update(self, job_id: int, expect: Optional[tuple[str, ...]] = None, **fields) -> Optional[Job]:
         """Set `fields` on the job if its state is one of `expect` (any when None); the job
         after the change, or None when it was not in an expected state."""
@@ -155,6 +161,29 @@ class Store:
         """(submitted_at, started_at, first_step_at) rows of every job, for /metrics."""
         with self.session() as session:
             return list(session.execute(select(Job.submitted_at, Job.started_at, Job.first_step_at)))
+
+    # --- sweeps: jobs tagged with a sweep id (JobSpec.sweep) -----------------------------------
+
+    def sweep_owner(self, sweep_id: str) -> Optional[str]:
+        """Whose jobs carry this sweep id (the first's owner); None when none does."""
+        with self.session() as session:
+            return session.scalar(select(Job.owner).where(Job.sweep_id == sweep_id).order_by(Job.id).limit(1))
+
+    def sweep_ids(self, limit: Optional[int] = None, offset: int = 0) -> builtins.list[str]:
+        """The sweeps, the one with the newest job first; a page of them with `limit`."""
+        query = (select(Job.sweep_id).where(Job.sweep_id.is_not(None)).group_by(Job.sweep_id)
+                 .order_by(func.max(Job.id).desc()).offset(offset).limit(limit))
+        with self.session() as session:
+            return [str(found) for found in session.scalars(query)]
+
+    def count_sweeps(self) -> int:
+        with self.session() as session:
+            return session.scalar(select(func.count(func.distinct(Job.sweep_id)))) or 0
+
+    def sweep_jobs(self, sweep_ids: Sequence[str]) -> builtins.list[Job]:
+        """The jobs of these sweeps, in submission order."""
+        with self.session() as session:
+            return list(session.scalars(select(Job).where(Job.sweep_id.in_(sweep_ids)).order_by(Job.id)))
 
     # --- users (hvdcls.serve.users) ---------------------------------------------------------
 
@@ -197,6 +226,8 @@ def add_new_columns(engine) -> None:
             if column.name not in present:
                 kind = column.type.compile(engine.dialect)
                 connection.execute(text(f"ALTER TABLE {Job.__tablename__} ADD COLUMN {column.name} {kind}"))
+        for index in Base.metadata.tables[Job.__tablename__].indexes:  # create_all made a new table's only
+            index.create(connection, checkfirst=True)
 
 
 def _sqlite_pragmas(connection, _record) -> None:

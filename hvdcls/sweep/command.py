@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import json
 import re
+import secrets
 import sys
 from dataclasses import fields
 from typing import Optional
@@ -27,7 +28,7 @@ from hvdcls.sweep.driver import Driver, Limits, shown
 # The numbers of a metrics.jsonl line a sweep can rank trials by.
 METRICS = tuple(f.name for f in fields(EpochRecord) if str(f.type) in ("float", "Optional[float]")
                 and f.name != "wall_time")
-SPACE_ATTR = "space"
+SPACE_ATTR, SWEEP_ID_ATTR = "space", "sweep_id"
 SETTINGS = ("sampler", "pruner", "direction", "metric", "backend", "np")
 
 
@@ -48,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     study = searcher.open_study(args.out, settings, params)
     check_same_sweep(study, args)
     parent = open_parent(args, study, params, base.output.mlflow_experiment)
-    plan = dataclasses.replace(plan, mlflow_parent=parent.run_id if parent else None)
+    plan = dataclasses.replace(plan, mlflow_parent=parent.run_id if parent else None,
+                               sweep_id=sweep_id(study, plan.name), trials=limit)
     return drive(args, study, params, plan, jobs, Limits(limit, args.parallel, args.metric, args.sampler == "grid",
                                                          args.poll_seconds), parent)
 
@@ -76,7 +78,7 @@ def make_plan(args: argparse.Namespace, params: list[space.Parameter]) -> trials
     fixed = {p.key: p.values[0] for p in params if p.kind == "fixed"}
     name = re.sub(r"[^A-Za-z0-9_.:@+-]", "-", args.name or args.out.absolute().name).lstrip(".:@+-") or "sweep"
     return trials.Plan(base=base, fixed=fixed, backend=args.backend, np=args.np, name=name[:90],
-                       mlflow_uri=args.mlflow)
+                       mlflow_uri=args.mlflow, metric=args.metric, direction=args.direction)
 
 
 def connect(args: argparse.Namespace):
@@ -102,6 +104,16 @@ def check_same_sweep(study, args: argparse.Namespace) -> None:
         study.set_user_attr(SPACE_ATTR, mine)
     elif found != mine:
         raise UserError(f"{args.out} holds another sweep ({found}); give a new --out, or the same space and flags")
+
+
+def sweep_id(study, name: str) -> str:
+    """The sweep's id in the service (the tag on each trial's job): made once and kept in the
+    study, so the same command again goes on under the same id."""
+    found = study.user_attrs.get(SWEEP_ID_ATTR)
+    if found is None:
+        found = f"{name}-{secrets.token_hex(4)}"
+        study.set_user_attr(SWEEP_ID_ATTR, found)
+    return str(found)
 
 
 def open_parent(args: argparse.Namespace, study, params, experiment: str):

@@ -22,7 +22,7 @@ class Jobs(Protocol):
         """The job now: state, epochs seen, message."""
 
     def cancel(self, job_id: int) -> None:
-        """Stop the job (its slots go to the next one)."""
+        """Stop the job, pruned (its slots go to the next one)."""
 
 
 class ServiceJobs:
@@ -45,7 +45,7 @@ class ServiceJobs:
 
     def cancel(self, job_id: int) -> None:
         try:
-            self.client.call("POST", f"/jobs/{job_id}/cancel")
+            self.client.call("POST", f"/jobs/{job_id}/cancel", params={"reason": "pruned"})
         except UserError:  # it ended meanwhile, or was removed: nothing left to stop
             pass
 

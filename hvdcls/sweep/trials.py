@@ -4,7 +4,9 @@ A trial's settings are the base config (`--config`'s mapping) with the space's f
 the trial's own values laid over it, nested as a config file is; the job spec sends them as
 its `settings`, so the service checks them with the same code as `hvdcls train --config`, and
 the best trial's config (best.yaml) is made from the same mapping. MLflow's link to the sweep's
-parent run goes as overrides, never into that mapping: best.yaml trains a run of its own.
+parent run goes as overrides, never into that mapping: best.yaml trains a run of its own. The
+spec's `sweep` tag (the sweep's id, the trial's number and values, the metric) lets the service
+show the trials together (its console's sweep pages); it changes nothing of the run.
 """
 from __future__ import annotations
 
@@ -28,6 +30,10 @@ class Plan:
     name: str = "sweep"  # job names: NAME-t<trial number>
     mlflow_uri: Optional[str] = None
     mlflow_parent: Optional[str] = None  # the sweep's parent run id
+    sweep_id: Optional[str] = None  # the service's tag for the sweep's jobs (its console's sweep page)
+    metric: str = "val_accuracy"  # with direction and trials: what the tag tells the console
+    direction: str = "maximize"
+    trials: Optional[int] = None
 
 
 @dataclass
@@ -83,8 +89,12 @@ def job_spec(plan: Plan, number: int, params: dict[str, Any]) -> dict:
         overrides.append(f"output.mlflow_uri={plan.mlflow_uri}")
         if plan.mlflow_parent:
             overrides.append(f"output.mlflow_parent_run={plan.mlflow_parent}")
-    return {"backend": plan.backend, "np": plan.np, "name": f"{plan.name}-t{number}",
+    spec = {"backend": plan.backend, "np": plan.np, "name": f"{plan.name}-t{number}",
             "settings": settings(plan, params), "overrides": overrides}
+    if plan.sweep_id:
+        spec["sweep"] = {"id": plan.sweep_id, "name": plan.name, "trial": number, "params": params,
+                         "metric": plan.metric, "direction": plan.direction, "trials": plan.trials}
+    return spec
 
 
 def view(job: dict, history: Optional[list[dict]] = None) -> JobView:

@@ -6,6 +6,8 @@ before its end); B, alice's, waits behind it.
 One walk through the console, run once by the module fixture, read by the tests:
 
     admin signs in (the form, her token)   sees A, then B appear when submitted (no reload)
+    admin on the sweeps                    two jobs tagged as one sweep's trials (through the API, no
+                                           Optuna), one pruned: the list and the sweep's page show them
     admin on A's page                      progress advances, the curves gain points, the log follows
     admin signs out; bob signs in          A's page has no cancel for him; his forged cancel gets 403
     admin again                            clicks cancel: A's state becomes cancelled
@@ -46,6 +48,11 @@ ROWS = """
 return Object.fromEntries([...document.querySelectorAll("#jobs tbody tr")].map(
   row => [row.querySelector("td.name").textContent.trim(), row.querySelector(".state").textContent.trim()]));
 """
+TRIALS = """
+return Object.fromEntries([...document.querySelectorAll("#trials tbody tr")].map(
+  row => [row.querySelector("td").textContent.trim(), row.querySelector(".trial-state").textContent.trim()]));
+"""
+SWEEP = "console-s-0a1b2c3d"
 FORGED_CANCEL = """
 const done = arguments[arguments.length - 1];
 const csrf = document.querySelector('input[name="csrf"]').value;
@@ -158,6 +165,7 @@ def run_walk(walk: Walk, server: ServeProcess, tokens: dict, seen: dict) -> None
     seen["list with A running"] = walk.until(lambda: (rows := walk.rows()).get("console-a") == "running" and rows,
                                              120, "A running")
     walk.shot("jobs")
+    sweep_walk(walk, server, seen)
     walk.open(f"/console/jobs/{a}")
     walk.until(lambda: progress(walk) > 0, 120, "A's first progress")
     seen["first progress at"] = time.time() - seen["submitted at"]
@@ -189,11 +197,29 @@ def run_walk(walk: Walk, server: ServeProcess, tokens: dict, seen: dict) -> None
     walk.shot("job-cancelled")
     walk.driver.delete_all_cookies()
     seen["without a session"] = {}
-    for path in ("/", f"/console/jobs/{a}", f"/console/jobs/{seen['B']}"):
+    for path in ("/", f"/console/jobs/{a}", f"/console/jobs/{seen['B']}", "/console/sweeps",
+                 f"/console/sweeps/{SWEEP}"):
         walk.open(path)
         seen["without a session"][path] = (walk.driver.current_url.removeprefix(server.url),
                                            walk.driver.page_source)
     walk.shot("signin")
+
+
+def sweep_walk(walk: Walk, server: ServeProcess, seen: dict) -> None:
+    """Two trials of one sweep, queued behind A; the second pruned (as `hvdcls sweep` cancels)."""
+    trials = [server.submit({"np": 1, "name": f"console-s-t{n}", "settings": QUIET, "sweep": {
+        "id": SWEEP, "name": "console-s", "trial": n, "params": {"optimizer.lr": 0.05 * (n + 1)}, "trials": 2}})["id"]
+              for n in (0, 1)]
+    assert server.http.post(f"/jobs/{trials[1]}/cancel", params={"reason": "pruned"}).status_code == 200
+    walk.driver.find_element(By.ID, "nav-sweeps").click()
+    seen["sweep list"] = walk.until(lambda: walk.driver.find_elements(By.CSS_SELECTOR, f'tr[data-id="{SWEEP}"]')
+                                    and walk.text("sweeps"), 30, "the sweep's row")
+    walk.shot("sweeps")
+    walk.driver.find_element(By.LINK_TEXT, "console-s").click()
+    seen["trials"] = walk.until(lambda: len(rows := walk.driver.execute_script(TRIALS)) == 2 and rows, 30, "trials")
+    seen["sweep chart"] = walk.until(lambda: walk.driver.find_elements(By.CSS_SELECTOR, "#chart-best canvas"), 30,
+                                     "the chart")
+    walk.shot("sweep")
 
 
 def test_sign_in_and_the_list_follows_the_queue(walk):
@@ -219,15 +245,22 @@ def test_only_the_owner_or_an_admin_may_cancel(walk):
     assert walk["state after cancel"] == "cancelled" and walk["A"]["state"] == "cancelled"
 
 
+def test_the_sweep_pages_show_its_trials(walk):
+    assert "console-s" in walk["sweep list"] and "2 of 2" in walk["sweep list"], walk["sweep list"]
+    assert walk["trials"] == {"0": "queued", "1": "pruned"} and walk["sweep chart"]
+
+
 def test_nothing_of_a_job_without_a_session(walk):
     for path, (landed, page) in walk["without a session"].items():
         assert landed == "/console/signin", path
-        assert "console-a" not in page and "console-b" not in page and 'name="token"' in page, path
+        assert "console-a" not in page and "console-b" not in page and "console-s" not in page, path
+        assert 'name="token"' in page, path
 
 
 def test_screenshots_and_wall_time(walk):
     shots = sorted(p.name for p in walk["shots"].glob("*.png"))
-    assert shots == ["job-as-bob.png", "job-cancelled.png", "job.png", "jobs.png", "signin.png"]
+    assert shots == ["job-as-bob.png", "job-cancelled.png", "job.png", "jobs.png", "signin.png", "sweep.png",
+                     "sweeps.png"]
     assert all((walk["shots"] / name).stat().st_size > 10_000 for name in shots)
     if os.environ.get("HVDCLS_DOCS_SCREENSHOT") == "1":
         shutil.copyfile(walk["job shot"], REPO / "docs" / "images" / "console.png")

@@ -12,6 +12,7 @@ trials' runs as its children.
 """
 import csv
 import json
+import re
 
 import httpx
 import pytest
@@ -55,16 +56,21 @@ def test_a_sweep_runs_its_trials_as_service_jobs_prunes_and_resumes(server, mlfl
     assert states == {(0.4, 0.9): "done", (0.4, 0.8): "done", (0.0001, 0.9): "pruned", (0.0001, 0.8): "pruned"}
     rows = list(csv.DictReader((out / "trials.csv").open()))
     assert sorted((r["trial"], r["state"]) for r in rows) == sorted((str(t["number"]), t["state"]) for t in table)
+    sweep_ids = set()  # the tag every trial's job carries (the console's sweep pages read it)
     for trial in table:
         job = server.http.get(f"/jobs/{trial['job_id']}").json()
         assert job["owner"] == "alice" and job["np"] == 1, job
+        assert job["sweep"]["trial"] == trial["number"] and job["sweep"]["params"] == trial["params"], job
+        sweep_ids.add(job["sweep_id"])
         if trial["state"] == "done":
             assert job["state"] == "succeeded" and sorted(trial["epochs"]) == ["1", "2"], (trial, job)
             assert trial["value"] > 0.5
         else:  # cancelled at the decision, before its last epoch
             assert job["state"] in ("cancelled", "running") and list(trial["epochs"]) == ["1"], (trial, job)
+            assert job["cancel_reason"] == "pruned", job  # the console shows it pruned, not cancelled
             assert trial["value"] < 0.5
 
+    assert len(sweep_ids) == 1 and re.fullmatch(r"sweep-[0-9a-f]{8}", sweep_ids.pop())
     best = cfg.load(out / "best.yaml")  # `hvdcls train --config best.yaml` reads it so
     top = max((t for t in table if t["state"] == "done"), key=lambda t: t["value"])
     assert (best.optimizer.lr, best.optimizer.momentum) == (0.4, top["params"]["optimizer.momentum"])

@@ -4,14 +4,18 @@ at most K jobs at once, each epoch to the searcher, a pruned trial's job cancell
 pruned and failed; a study with finished and running trials continued, not restarted; the job
 spec a trial becomes; trials.csv/json, best.yaml (which `hvdcls train --config` loads) and the plot."""
 import csv
+import dataclasses
 import json
+import re
 
 import pytest
 
 from hvdcls import config as cfg
 from hvdcls.errors import UserError
-from hvdcls.sweep import results, searcher, trials
+from hvdcls.serve.spec import JobSpec
+from hvdcls.sweep import command, results, searcher, trials
 from hvdcls.sweep.driver import Driver, Limits
+from hvdcls.sweep.jobs import ServiceJobs
 from hvdcls.sweep.searcher import SearchSettings
 from hvdcls.sweep.space import parse
 from hvdcls.sweep.trials import JobView
@@ -123,6 +127,32 @@ def test_a_trial_is_a_job_spec_of_its_settings_and_mlflow_overrides():
                     "overrides": ["output.mlflow_uri=http://127.0.0.1:5000", "output.mlflow_parent_run=abc123"]}
     assert plan.base == {"optimizer": {"name": "sgd", "lr": 0.1}, "training": {"epochs": 9}}  # not changed
     assert trials.job_spec(PLAN, 0, {})["overrides"] == []
+
+
+def test_a_trials_job_carries_its_sweep_tag_as_the_service_takes_it():
+    plan = dataclasses.replace(PLAN, sweep_id="t-0a1b2c3d", metric="val_loss", direction="minimize", trials=12)
+    spec = trials.job_spec(plan, 3, {"optimizer.lr": 0.4, "training.batch_size": 32})
+    assert spec["sweep"] == {"id": "t-0a1b2c3d", "name": "t", "trial": 3, "metric": "val_loss", "trials": 12,
+                             "direction": "minimize", "params": {"optimizer.lr": 0.4, "training.batch_size": 32}}
+    assert JobSpec(**spec).sweep.trial == 3  # the service's own check
+    assert "sweep" not in trials.job_spec(PLAN, 0, {})
+
+
+def test_the_sweep_id_is_made_once_and_kept_in_its_study(tmp_path):
+    first = command.sweep_id(grid_study(tmp_path), "digits")
+    assert re.fullmatch(r"digits-[0-9a-f]{8}", first)
+    assert command.sweep_id(grid_study(tmp_path), "digits") == first  # the same command again: the same sweep
+
+
+def test_a_pruned_trials_job_is_cancelled_as_pruned():
+    calls = []
+
+    class Client:
+        def call(self, method, path, **options):
+            calls.append((method, path, options))
+
+    ServiceJobs(Client()).cancel(5)
+    assert calls == [("POST", "/jobs/5/cancel", {"params": {"reason": "pruned"}})]
 
 
 def test_a_jobs_view_joins_its_history_and_its_last_epoch():

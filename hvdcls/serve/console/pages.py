@@ -5,9 +5,13 @@ is shown before sign-in. Only the static files (the stylesheet, the scripts, uPl
 
     GET  /                               the jobs (a page of PAGE, newest first; ?state=, ?page=) and hosts
     GET  /console/jobs.json              the list's poll: rows that differ from the ones it shows
-    GET  /console/jobs/{id}              a job: curves, settings, resizes, log, cancel
-    GET  /console/jobs/{id}/live.json    its poll: state, new epochs, new log bytes
+    GET  /console/jobs/{id}              a job: curves, settings, resizes, log and stderr, its sweep, cancel
+    GET  /console/jobs/{id}/live.json    its poll: state, new epochs, new log and stderr bytes
     POST /console/jobs/{id}/cancel       by its owner or an admin (else 403); CSRF token + Origin
+    GET  /console/sweeps                 the sweeps (hvdcls.serve.console.sweeps), a page of them, newest first
+    GET  /console/sweeps.json            the list's poll: rows that differ
+    GET  /console/sweeps/{id}            a sweep: its trials, its best so far by trial
+    GET  /console/sweeps/{id}/live.json  its poll: trial rows that differ, summary, chart
     GET  /console/signin, POST /console/signin, POST /console/signout
 """
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional, Sequence
 from urllib.parse import parse_qs
 
 import anyio
@@ -26,9 +30,9 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from hvdcls import __version__
 from hvdcls.serve import users, views
-from hvdcls.serve.console import live, session
+from hvdcls.serve.console import live, session, sweeps
 from hvdcls.serve.service import Service
-from hvdcls.serve.spec import INT64
+from hvdcls.serve.spec import INT64, NAME_PATTERN
 from hvdcls.serve.store import FINAL, Job, User
 
 HERE = Path(__file__).parent
@@ -40,6 +44,8 @@ HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:;
            "Cache-Control": "no-store"}
 JobId = Annotated[int, fastapi.Path(ge=1, le=INT64)]
 Offset = Annotated[Optional[int], fastapi.Query(ge=0, le=INT64)]
+PageNumber = Annotated[int, fastapi.Query(ge=1, le=INT64)]
+SweepId = Annotated[str, fastapi.Path(max_length=100, pattern=NAME_PATTERN)]
 
 
 def environment() -> jinja2.Environment:
@@ -48,8 +54,17 @@ def environment() -> jinja2.Environment:
     env.filters["when"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
     env.filters["hosts"] = lambda h: ", ".join(f"{host}:{n}" for host, n in (h or {}).items()) or "-"
     env.filters["pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True)
+    env.filters["metric"] = lambda value: "-" if value is None else f"{value:.4g}"
+    env.filters["value"] = shown_value
     env.globals["version"] = __version__
     return env
+
+
+def shown_value(value: Any) -> str:
+    """A trial's value as its table shows it: a float in 4 digits, a string as it is, else JSON."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 class Console:
@@ -60,6 +75,9 @@ class Console:
         self.sessions = session.Sessions(service.store)
         self.env = environment()
         self.row = self.env.get_template("rows.html").module.row  # type: ignore[attr-defined]
+        macros = self.env.get_template("sweep_rows.html").module
+        self.sweep_row, self.trial_row = macros.sweep_row, macros.trial_row  # type: ignore[attr-defined]
+        self.metrics = sweeps.Metrics()
 
     def page(self, name: str, status: int = 200, **values) -> HTMLResponse:
         return HTMLResponse(self.env.get_template(name).render(**values), status_code=status, headers=HEADERS)
@@ -78,21 +96,38 @@ class Console:
         jobs, total = live.page_of_jobs(self.service, page, state)
         rows = self.rows(jobs)
         return {"user": user, "csrf": csrf, "rows": [html for _, _, html in rows], "total": total, "page": page,
-                "have": ",".join(f"{job_id}.{h}" for job_id, h, _ in rows), "pages": live.pages(total),
+                "have": have_of(rows), "pages": live.pages(total),
                 "state": state or "", "counts": self.service.store.counts(), "hosts": views.host_slots(self.service),
                 "now": time.time()}
 
-    def rows(self, jobs: list[dict]) -> list[tuple[int, str, str]]:
+    def rows(self, jobs: list[dict]) -> list[tuple[str, str, str]]:
         """(id, fingerprint, html) of each job's row: a poll resends only the rows that differ."""
-        rendered = [(job["id"], str(self.row(job))) for job in jobs]
-        return [(job_id, live.fingerprint(html), html) for job_id, html in rendered]
+        return rendered(self.row, [(str(job["id"]), job) for job in jobs])
 
     def job_page(self, job: Job, user: User, csrf: str) -> dict:
         points = live.epochs(job)
         return {"user": user, "csrf": csrf, "job": views.view(job, detail=True), "spec": json.loads(job.spec),
-                "points": points, "resizes": live.resizes(points), "log": live.log_piece(
-                    self.service, job, "stdout.log", None),
+                "points": points, "resizes": live.resizes(points),
+                "log": live.log_piece(self.service, job, "stdout.log", None),
+                "err": live.log_piece(self.service, job, "stderr.log", None),
                 "may_cancel": users.may_cancel(user, job.owner) and job.state not in FINAL, "now": time.time()}
+
+    def sweeps_page(self, page: int) -> dict:
+        found, total = sweeps.page_of_sweeps(self.service.store, self.metrics, page)
+        rows = rendered(self.sweep_row, [(sweep.id, sweep) for sweep in found])
+        return {"rows": rows, "have": have_of(rows), "total": total, "pages": sweeps.pages(total), "page": page}
+
+    def sweep(self, sweep_id: str) -> sweeps.Sweep:
+        found = sweeps.one_sweep(self.service.store, self.metrics, sweep_id)
+        if found is None:
+            raise HTTPException(404, f"no sweep {sweep_id}")
+        return found
+
+    def sweep_page(self, sweep: sweeps.Sweep) -> dict:
+        rows = rendered(self.trial_row, [(str(t.job.id), t) for t in reversed(sweep.trials)])  # newest first
+        summary = self.env.get_template("sweep_summary.html").render(sweep=sweep)
+        return {"sweep": sweep, "rows": rows, "have": have_of(rows), "summary": summary, "chart": sweep.chart(),
+                "counts": sweep.counts}
 
 
 def router(service: Service) -> APIRouter:
@@ -116,14 +151,10 @@ def router(service: Service) -> APIRouter:
         """The list's rows now, by id and fingerprint, with the html of those the page lacks."""
         if console.signed_in(request) is None:
             return JSONResponse({"detail": "sign in first"}, status_code=401, headers=HEADERS)
-        shown = set(have.split(",")[:live.PAGE])
         found, total = live.page_of_jobs(service, page, state)
-        rows = console.rows(found)
-        order = [{"id": job_id, "h": h} for job_id, h, _ in rows]
-        html = {str(job_id): text for job_id, h, text in rows if f"{job_id}.{h}" not in shown}
         hosts = str(console.env.get_template("hosts.html").render(hosts=views.host_slots(service)))
         return JSONResponse({"total": total, "pages": live.pages(total), "counts": service.store.counts(),
-                             "order": order, "rows": html, "hosts": hosts}, headers=HEADERS)
+                             **changes(console.rows(found), have), "hosts": hosts}, headers=HEADERS)
 
     @routes.get("/console/jobs/{job_id}", response_class=HTMLResponse)
     def job(request: Request, job_id: JobId) -> Response:
@@ -134,7 +165,7 @@ def router(service: Service) -> APIRouter:
 
     @routes.get("/console/jobs/{job_id}/live.json")
     def job_poll(request: Request, job_id: JobId, epochs: Annotated[int, fastapi.Query(ge=0, le=INT64)] = 0,
-                 log: Offset = None) -> Response:
+                 log: Offset = None, err: Offset = None) -> Response:
         found = console.signed_in(request)
         if found is None:
             return JSONResponse({"detail": "sign in first"}, status_code=401, headers=HEADERS)
@@ -142,8 +173,42 @@ def router(service: Service) -> APIRouter:
         points = live.epochs(job)
         return JSONResponse({**live.job_state(job), "points": points[epochs:], "resizes_seen": live.resizes(points),
                              "log": live.log_piece(service, job, "stdout.log", log),
+                             "err": live.log_piece(service, job, "stderr.log", err),
                              "may_cancel": users.may_cancel(found[1], job.owner) and job.state not in FINAL},
                             headers=HEADERS)
+
+    @routes.get("/console/sweeps", response_class=HTMLResponse)
+    def sweep_list(request: Request, page: PageNumber = 1) -> Response:
+        found = console.signed_in(request)
+        if found is None:
+            return refused()
+        return console.page("sweeps.html", user=found[1], csrf=found[0].csrf, **console.sweeps_page(page))
+
+    @routes.get("/console/sweeps.json")
+    def sweeps_poll(request: Request, page: PageNumber = 1, have: str = "") -> Response:
+        if console.signed_in(request) is None:
+            return JSONResponse({"detail": "sign in first"}, status_code=401, headers=HEADERS)
+        shown = console.sweeps_page(page)
+        return JSONResponse({"total": shown["total"], "pages": shown["pages"],
+                             **changes(shown["rows"], have)}, headers=HEADERS)
+
+    @routes.get("/console/sweeps/{sweep_id}", response_class=HTMLResponse)
+    def sweep(request: Request, sweep_id: SweepId) -> Response:
+        found = console.signed_in(request)
+        if found is None:
+            return refused()
+        return console.page("sweep.html", user=found[1], csrf=found[0].csrf,
+                            **console.sweep_page(console.sweep(sweep_id)))
+
+    @routes.get("/console/sweeps/{sweep_id}/live.json")
+    def sweep_poll(request: Request, sweep_id: SweepId, have: str = "") -> Response:
+        """The trials' rows by job id and fingerprint (the html of those the page lacks), the
+        summary and the chart's columns."""
+        if console.signed_in(request) is None:
+            return JSONResponse({"detail": "sign in first"}, status_code=401, headers=HEADERS)
+        shown = console.sweep_page(console.sweep(sweep_id))
+        return JSONResponse({"summary": shown["summary"], "chart": shown["chart"], "counts": shown["counts"],
+                             **changes(shown["rows"], have)}, headers=HEADERS)
 
     def cancel_now(request: Request, job_id: int, form: dict[str, str]) -> Response:
         found = console.signed_in(request)
@@ -195,6 +260,27 @@ def router(service: Service) -> APIRouter:
         return await anyio.to_thread.run_sync(sign_out_now, request, await form_of(request))
 
     return routes
+
+
+def rendered(macro, items: Sequence[tuple[str, Any]]) -> list[tuple[str, str, str]]:
+    """(key, fingerprint, html) of each item's row, rendered by `macro`."""
+    out = []
+    for key, item in items:
+        html = str(macro(item))
+        out.append((key, live.fingerprint(html), html))
+    return out
+
+
+def have_of(rows: list[tuple[str, str, str]]) -> str:
+    """What a page shows, as its poll sends it back: `key.fingerprint,...`."""
+    return ",".join(f"{key}.{h}" for key, h, _ in rows)
+
+
+def changes(rows: list[tuple[str, str, str]], shown: str) -> dict:
+    """A poll's answer: the rows' order (key, fingerprint) and the html of those not shown as they are."""
+    seen = set(shown.split(",", len(rows))[:len(rows)])
+    return {"order": [{"id": key, "h": h} for key, h, _ in rows],
+            "rows": {key: html for key, h, html in rows if f"{key}.{h}" not in seen}}
 
 
 async def form_of(request: Request) -> dict[str, str]:

@@ -1,12 +1,14 @@
-// A job's page: its curves (uPlot), state and log, kept live by polling live.json for what the
-// page lacks (epochs after the ones drawn, log bytes after the ones shown) until the job ends.
+// A job's page: its curves (uPlot), state and logs (stdout, stderr), kept live by polling
+// live.json for what the page lacks (epochs after the ones drawn, log bytes after the ones
+// shown) until the job ends.
 "use strict";
 (function () {
   const POLL_MS = 1500, LOG_LINES = 2000;
   const FINAL = ["succeeded", "failed", "cancelled"];
   const data = JSON.parse(document.getElementById("job-data").textContent);
   const points = data.points.slice();
-  let logOffset = data.log_offset, state = data.state, lastProgress = null;
+  const offsets = {log: data.log_offset, err: data.err_offset};  // the logs' bytes shown, by element id
+  let state = data.state, lastProgress = null;
 
   const CHARTS = [
     {id: "chart-loss", title: "loss", series: [["train_loss", "train", "#2f6fde"], ["val_loss", "validation", "#e67e22"]]},
@@ -37,16 +39,6 @@
     document.getElementById("epochs").textContent = points.length;
   }
 
-  function elapsed(seconds) {
-    if (!(seconds >= 0)) return "";
-    const h = Math.floor(seconds / 3600), m = Math.floor(seconds % 3600 / 60), s = Math.floor(seconds % 60);
-    return (h ? h + "h " : "") + (h || m ? m + "m " : "") + s + "s";
-  }
-  function tick() {
-    const cell = document.getElementById("elapsed");
-    const since = parseFloat(cell.dataset.since), until = parseFloat(cell.dataset.until);
-    cell.textContent = elapsed((isNaN(until) ? Date.now() / 1000 : until) - since);
-  }
   function stepRate(progress) {
     // Steps per second between two polls within one epoch, from the job's own progress (its
     // status.json); across an epoch's end the evaluation would count as training.
@@ -90,29 +82,33 @@
     const form = document.getElementById("cancel-form");
     if (form && !update.may_cancel) form.remove();
     if (update.points.length) { points.push(...update.points); redraw(); }
-    appendLog(update.log);
+    appendLog("log", update.log);
+    appendLog("err", update.err);
+    if (update.err.text) document.getElementById("stderr-box").open = true;
   }
-  function appendLog(piece) {
-    const log = document.getElementById("log");
+  function appendLog(id, piece) {
+    const log = document.getElementById(id);
     const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
     if (piece.skipped) log.textContent += "\n[... skipped: the log grew faster than it is shown ...]\n";
     if (piece.text) log.textContent += piece.text;
     const lines = log.textContent.split("\n");
     if (lines.length > LOG_LINES) log.textContent = lines.slice(-LOG_LINES).join("\n");
-    logOffset = piece.offset;
+    offsets[id] = piece.offset;
     if (atEnd) log.scrollTop = log.scrollHeight;
   }
   async function poll() {
-    const query = new URLSearchParams({epochs: points.length, log: logOffset});
+    const query = new URLSearchParams({epochs: points.length, log: offsets.log, err: offsets.err});
     const reply = await fetch("/console/jobs/" + data.id + "/live.json?" + query, {credentials: "same-origin"});
     if (reply.status === 401) { location.href = "/console/signin"; return; }
     if (reply.ok) show(await reply.json());
     document.body.dataset.polled = String(Number(document.body.dataset.polled || 0) + 1);
     if (!FINAL.includes(state)) setTimeout(poll, document.hidden ? POLL_MS * 4 : POLL_MS);
   }
-  const log = document.getElementById("log");
-  log.scrollTop = log.scrollHeight;
-  tick();
-  setInterval(tick, 1000);
+  for (const id of ["log", "err"]) {
+    const log = document.getElementById(id);
+    log.scrollTop = log.scrollHeight;
+  }
+  hvdcls.tick();
+  setInterval(hvdcls.tick, 1000);
   if (!FINAL.includes(state)) setTimeout(poll, POLL_MS);
 })();
