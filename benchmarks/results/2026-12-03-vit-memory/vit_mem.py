@@ -4,11 +4,15 @@ ImageFolder (one step an epoch at batch 2 per rank), one epoch; a sampler record
 summed RSS every 0.2 s and the machine's lowest MemAvailable. The run is held in a memory
 cgroup a little under the machine's memory, so an over-size model is killed there, not the
 machine's other processes."""
-import json, os, subprocess, sys, time, threading
+import json
+import subprocess
+import sys
+import time
 from pathlib import Path
+
+import numpy as np
 import psutil
 from PIL import Image
-import numpy as np
 
 ROOT = Path("/work/runs28/vit")
 DATA = ROOT / "data"
@@ -48,8 +52,9 @@ def run(name, model, size, patch, zero, ckpt, backend="torch"):
            f"training.activation_checkpointing={'true' if ckpt else 'false'}", "data.workers=0"]
     peak, low, samples = 0, psutil.virtual_memory().available, []
     started = time.time()
+    log = open(ROOT / f"{name}.log", "w")  # noqa: SIM115 (the child writes it until it ends)
     proc = subprocess.Popen(["bash", "-c", f'echo $$ > {CG}/tasks; exec "$@"', "x", *cmd],
-                            stdout=open(ROOT / f"{name}.log", "w"), stderr=subprocess.STDOUT)
+                            stdout=log, stderr=subprocess.STDOUT)
     while proc.poll() is None:
         rss = 0
         for p in ranks():
