@@ -285,6 +285,8 @@ class TorchBackend(HorovodBackend):
         if self.ema is not None:
             state["ema"] = self.ema
         torch.save(state, directory / CHECKPOINT_FILE)
+        if self.sharded is not None:
+            self.sharded.gathered = None  # the unsharded copy lives until it is written
 
     def load(self, directory: Path) -> None:
         path = directory / CHECKPOINT_FILE

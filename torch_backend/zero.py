@@ -3,9 +3,10 @@
 Mirror: tf_backend/zero.py. The parameters lie in flat buckets (hvdcls.zero.plan); each rank
 owns one contiguous 1/N slice of every bucket and keeps a plain local optimizer over its slices
 alone (one flat tensor per bucket), so its state (momentum, Adam's moments) is 1/N of the
-unsharded one. A step: synchronize() averages the gradients (zero=1: a grouped all-reduce of the
-flat buckets, each rank keeping its slice; zero=2: a grouped reduce-scatter, and the full
-gradients are freed), step() steps the slices and all-gathers them back into the parameters.
+unsharded one. A step: synchronize() averages the gradients bucket by bucket (zero=1: an
+all-reduce of the flat bucket, each rank keeping its slice; zero=2: a reduce-scatter, and the
+bucket's full gradients are freed), step() steps the slices and all-gathers them back into the
+parameters, bucket by bucket (so what a step adds to the model's tensors is one bucket).
 SGD, Adam and AdamW act element by element, so stepping a slice is stepping those elements;
 padding (zero gradient, zero weight) stays zero and is dropped.
 
@@ -74,19 +75,25 @@ class ShardedOptimizer:
 
     @torch.no_grad()
     def synchronize(self) -> None:
-        """Horovod: every rank's shard gradients <- its slice of the ranks' average."""
-        flats = [self._flat_grads(b) for b in self.buckets]
-        if self.fp16:  # horovod.compression=fp16: the reduction travels in float16
-            flats = [f.half() for f in flats]
-        if self.level == 1:
-            averaged = hvd.grouped_allreduce(flats, op=hvd.Average, name="zero.grads")
-            slices = [a[slice(*b.slice(self.rank))].clone() for a, b in zip(averaged, self.buckets)]
-        else:  # equal slices (padded), so Horovod's split is rank r's [r x shard, (r+1) x shard)
-            slices = hvd.grouped_reducescatter(flats, op=hvd.Average, name="zero.grads")
-            for p in self.params:
-                p.grad = None  # zero=2: only the slice's gradients are kept
-        for shard, grad in zip(self.shards, slices):
+        """Horovod: every rank's shard gradients <- its slice of the ranks' average, one bucket
+        at a time: a bucket's flat copy lives only while it is reduced and, at zero=2, its full
+        gradients are freed as soon as they are copied, so the step holds one bucket more than
+        the gradients, not a second copy of them all (grouped over every bucket, ViT-H/14 at np=2
+        held a second 2.5 GB a rank; docs/benchmarks.md)."""
+        for b, (bucket, shard) in enumerate(zip(self.buckets, self.shards)):
+            flat = self._flat_grads(bucket)
+            if self.level == 2:
+                for i in bucket.params:
+                    self.params[i].grad = None  # zero=2: only the slice's gradients are kept
+            if self.fp16:  # horovod.compression=fp16: the reduction travels in float16
+                flat = flat.half()
+            if self.level == 1:
+                averaged = hvd.allreduce(flat, op=hvd.Average, name=f"zero.grads.{b}")
+                grad = averaged[slice(*bucket.slice(self.rank))].clone()
+            else:  # equal slices (padded), so Horovod's split is rank r's [r x shard, (r+1) x shard)
+                grad = hvd.reducescatter(flat, op=hvd.Average, name=f"zero.grads.{b}")
             shard.grad = grad.float()
+            del flat, grad
 
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
@@ -110,11 +117,12 @@ class ShardedOptimizer:
         self._read_slices()  # the parameters may have been set (resume, restore) since the last step
         self.local.step()
         self.gathered = None
-        full = hvd.grouped_allgather(self.shards, name="zero.params")  # Horovod: rank order
-        for bucket, flat in zip(self.buckets, full):
+        for b, (bucket, shard) in enumerate(zip(self.buckets, self.shards)):  # one bucket at a time
+            flat = hvd.allgather(shard, name=f"zero.params.{b}")  # Horovod: the slices in rank order
             for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes):
                 p = self.params[i]
                 p.copy_(flat[offset:offset + size].view_as(p))
+            del flat
 
     def _read_slices(self) -> None:
         for bucket, shard in zip(self.buckets, self.shards):
@@ -160,10 +168,12 @@ class ShardedOptimizer:
             shard.grad = None
 
     def prepare_checkpoint(self) -> None:
-        """Horovod: every rank calls it; the unsharded state, on every rank, for rank 0 to save."""
-        self.gathered = self._gather()
+        """Horovod: every rank calls it (the all-gathers); only rank 0, which saves, keeps the
+        unsharded state (AdamW's for ViT-H/14: 5 GB), until its save() writes it."""
+        gathered = self._gather(keep=self.rank == 0)
+        self.gathered = gathered if self.rank == 0 else None
 
-    def _gather(self) -> dict:
+    def _gather(self, keep: bool = True) -> dict:
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.local.param_groups]
         groups[0]["params"] = list(range(len(self.params)))
         state: dict = {}
@@ -172,6 +182,8 @@ class ShardedOptimizer:
             keys = sorted(own)  # the same on every rank: every rank stepped every slice
             sliced = [k for k in keys if torch.is_tensor(own[k]) and own[k].ndim == 1]
             full = hvd.grouped_allgather([own[k] for k in sliced], name=f"zero.state.{b}") if sliced else []
+            if not keep:
+                continue  # this rank took its part in the collective; it saves nothing
             for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes):
                 entry = {k: own[k].clone() if torch.is_tensor(own[k]) else own[k] for k in keys if k not in sliced}
                 entry.update({k: f[offset:offset + size].view_as(self.params[i]).clone()
