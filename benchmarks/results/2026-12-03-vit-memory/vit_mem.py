@@ -5,6 +5,7 @@ summed RSS every 0.2 s and the machine's lowest MemAvailable. The run is held in
 cgroup a little under the machine's memory, so an over-size model is killed there, not the
 machine's other processes."""
 import json
+import os
 import subprocess
 import sys
 import time
@@ -42,7 +43,7 @@ def ranks():
 def run(name, model, size, patch, zero, ckpt, backend="torch"):
     data = make_data(size)
     out = ROOT / name
-    limit = psutil.virtual_memory().total - int(1.5 * 2**30)
+    limit = int(os.environ.get("VIT_LIMIT_BYTES") or psutil.virtual_memory().total - int(1.5 * 2**30))
     CG.mkdir(exist_ok=True)
     (CG / "memory.limit_in_bytes").write_text(str(limit))
     cmd = ["horovodrun", "--gloo", "-np", "2", "-H", "localhost:2", "hvdcls", "train", "--backend", backend,
@@ -52,9 +53,8 @@ def run(name, model, size, patch, zero, ckpt, backend="torch"):
            f"training.activation_checkpointing={'true' if ckpt else 'false'}", "data.workers=0"]
     peak, low, samples = 0, psutil.virtual_memory().available, []
     started = time.time()
-    log = open(ROOT / f"{name}.log", "w")  # noqa: SIM115 (the child writes it until it ends)
     proc = subprocess.Popen(["bash", "-c", f'echo $$ > {CG}/tasks; exec "$@"', "x", *cmd],
-                            stdout=log, stderr=subprocess.STDOUT)
+                            stdout=open(ROOT / f"{name}.log", "w"), stderr=subprocess.STDOUT)
     while proc.poll() is None:
         rss = 0
         for p in ranks():
