@@ -53,8 +53,9 @@ def run(name, model, size, patch, zero, ckpt, backend="torch"):
            f"training.activation_checkpointing={'true' if ckpt else 'false'}", "data.workers=0"]
     peak, low, samples = 0, psutil.virtual_memory().available, []
     started = time.time()
+    log = open(ROOT / f"{name}.log", "w")  # noqa: SIM115 (the child writes it until it ends)
     proc = subprocess.Popen(["bash", "-c", f'echo $$ > {CG}/tasks; exec "$@"', "x", *cmd],
-                            stdout=open(ROOT / f"{name}.log", "w"), stderr=subprocess.STDOUT)
+                            stdout=log, stderr=subprocess.STDOUT)
     while proc.poll() is None:
         rss = 0
         for p in ranks():
