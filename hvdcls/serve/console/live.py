@@ -45,8 +45,9 @@ def page_of_jobs(service: Service, page: int, state: Optional[str]) -> tuple[lis
     return [views.view(job) for job in jobs], total
 
 
-def pages(total: int) -> int:
-    return max(1, -(-total // PAGE))
+def pages(total: int, per_page: int = PAGE) -> int:
+    """How many pages a list of `total` rows takes (at least one, empty)."""
+    return max(1, -(-total // per_page))
 
 
 def fingerprint(html: str) -> str:

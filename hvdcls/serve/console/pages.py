@@ -115,7 +115,8 @@ class Console:
     def sweeps_page(self, page: int) -> dict:
         found, total = sweeps.page_of_sweeps(self.service.store, self.metrics, page)
         rows = rendered(self.sweep_row, [(sweep.id, sweep) for sweep in found])
-        return {"rows": rows, "have": have_of(rows), "total": total, "pages": sweeps.pages(total), "page": page}
+        return {"rows": rows, "have": have_of(rows), "total": total, "pages": live.pages(total, sweeps.PAGE),
+                "page": page}
 
     def sweep(self, sweep_id: str) -> sweeps.Sweep:
         found = sweeps.one_sweep(self.service.store, self.metrics, sweep_id)

@@ -164,6 +164,3 @@ def one_sweep(store: Store, metrics: Metrics, sweep_id: str) -> Optional[Sweep]:
     found = gather(store.sweep_jobs([sweep_id]), metrics)
     return found[0] if found else None
 
-
-def pages(total: int) -> int:
-    return max(1, -(-total // PAGE))
