@@ -26,10 +26,18 @@ demo: setup
 
 # The Docker tests need an engine: started here when none answers (as root), else they skip
 # (and fail under CI=true).
-# Every test, after the linters; pytest closes with its 25 slowest, to keep an eye on CI's budget.
+# Every test, after the linters. The single-process suites (no ranks launched) run on
+# TEST_WORKERS cores with pytest-xdist; the parallel and Docker suites launch 2-rank jobs that
+# take both cores themselves, so they follow one test at a time. The second run goes on when the
+# first failed, and make fails if either did; each closes with its slowest tests (CI's budget).
+TEST_WORKERS ?= 2
+SINGLE_PROCESS_SUITES := tests/unit tests/torch_backend tests/tf_backend
 test: setup lint
 	@bash tools/docker_engine.sh --try
-	@$(PY) -m pytest --durations=25 tests
+	@status=0; \
+	$(PY) -m pytest -n $(TEST_WORKERS) --durations=10 $(SINGLE_PROCESS_SUITES) || status=$$?; \
+	$(PY) -m pytest --durations=25 tests/parallel tests/docker || status=$$?; \
+	exit $$status
 
 # ruff (ruff.toml) and mypy (mypy.ini) over the code that ships; tests/ are not linted yet.
 LINTED := hvdcls torch_backend tf_backend tools benchmarks setup.py
@@ -39,7 +47,7 @@ lint: setup
 
 # Parts of the suite: no framework launch / real ranks under horovodrun and mpirun / Docker.
 unit: setup
-	@$(PY) -m pytest tests/unit
+	@$(PY) -m pytest -n $(TEST_WORKERS) tests/unit
 
 parallel: setup
 	@$(PY) -m pytest --durations=10 tests/parallel
