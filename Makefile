@@ -28,15 +28,16 @@ demo: setup
 # (and fail under CI=true).
 # Every test, after the linters. The single-process suites (no ranks launched) run on
 # TEST_WORKERS cores with pytest-xdist; the parallel and Docker suites launch 2-rank jobs that
-# take both cores themselves, so they follow one test at a time. The second run goes on when the
-# first failed, and make fails if either did; each closes with its slowest tests (CI's budget).
+# take both cores themselves, so they follow one test at a time: the second run is every test
+# but the first's, so a new folder lands there by default. It goes on when the first failed, and
+# make fails if either did; each closes with its slowest tests (CI's budget).
 TEST_WORKERS ?= 2
 SINGLE_PROCESS_SUITES := tests/unit tests/torch_backend tests/tf_backend
 test: setup lint
 	@bash tools/docker_engine.sh --try
 	@status=0; \
 	$(PY) -m pytest -n $(TEST_WORKERS) --durations=10 $(SINGLE_PROCESS_SUITES) || status=$$?; \
-	$(PY) -m pytest --durations=25 tests/parallel tests/docker || status=$$?; \
+	$(PY) -m pytest --durations=25 $(addprefix --ignore=,$(SINGLE_PROCESS_SUITES)) tests || status=$$?; \
 	exit $$status
 
 # ruff (ruff.toml) and mypy (mypy.ini) over the code that ships; tests/ are not linted yet.
