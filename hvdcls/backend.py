@@ -200,10 +200,12 @@ class Backend(abc.ABC):
         host; None where the backend cannot time it apart from the rest of the step."""
         return None
 
-    def prepare_checkpoint(self) -> None:
+    def prepare_checkpoint(self, shard_dir: Optional[Path] = None) -> None:
         """Called on every rank before rank 0 saves: make rank 0's state stand for all ranks
-        (a collective, where per-rank state exists: PowerSGD's error feedback, training.zero's
-        optimizer-state slices, gathered into the unsharded layout)."""
+        (a collective, where per-rank state exists: PowerSGD's error feedback). training.zero's
+        optimizer-state slices: with `shard_dir` (rank 0's checkpoint directory, which every
+        rank sees) each rank writes its own there; without, they are gathered to rank 0 into
+        the unsharded layout."""
         return None
 
     def communication(self) -> Optional[dict]:

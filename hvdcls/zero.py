@@ -10,7 +10,10 @@ rank order with nothing to strip but the pad at the bucket's end.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
 
 from hvdcls.errors import UserError
 
@@ -96,3 +99,59 @@ def check_level(zero: int) -> None:
     if zero not in LEVELS:
         raise UserError(f"config training.zero={zero}: must be 0 (off), 1 (optimizer state sharded) "
                         "or 2 (gradients sharded too)")
+
+
+# Checkpoints of sharded state: every rank writes its own slices (its local optimizer's state)
+# to one file in the checkpoint directory, so no rank ever holds the whole state (AdamW's for
+# ViT-H/14 is 5 GB). The buckets do not depend on the world size (only their padding does), so
+# a resume at another world size rebuilds each new slice from the old slices it overlaps.
+
+SHARD_PREFIX = "zero-shard-"
+
+
+def shard_file_name(rank: int, world: int, suffix: str) -> str:
+    return f"{SHARD_PREFIX}{rank:05d}-of-{world:05d}{suffix}"
+
+
+def find_shards(directory: Path, suffix: str) -> Optional[list[Path]]:
+    """The shard files of a checkpoint, in rank order; None when it holds none (it was saved
+    gathered, unsharded); a UserError when some rank's file is missing."""
+    pattern = re.compile(re.escape(SHARD_PREFIX) + r"(\d{5})-of-(\d{5})" + re.escape(suffix) + "$")
+    matched = [m for m in (pattern.match(p.name) for p in directory.iterdir()) if m]
+    if not matched:
+        return None
+    worlds = {int(m.group(2)) for m in matched}
+    world = max(worlds)
+    expected = [directory / shard_file_name(r, world, suffix) for r in range(world)]
+    missing = sorted({p.name for p in expected} - {m.group(0) for m in matched})
+    if len(worlds) > 1 or missing:
+        raise UserError(f"checkpoint {directory}: its training.zero shard files do not make one set "
+                        f"(missing: {', '.join(missing) or 'none'}; world sizes: "
+                        f"{', '.join(map(str, sorted(worlds)))})")
+    return expected
+
+
+@dataclass(frozen=True)
+class Copy:
+    """`length` elements from old rank `source`'s slice at `source_offset` to `offset` in the
+    new slice (of one bucket)."""
+
+    source: int
+    source_offset: int
+    offset: int
+    length: int
+
+
+def sources(bucket: Bucket, old_world: int, rank: int) -> list[Copy]:
+    """Where rank `rank`'s slice of `bucket` (at the bucket's world size) lies in the slices the
+    `old_world` ranks held: the bucket's real elements only (padding is zero in both)."""
+    old = Bucket(bucket.params, bucket.offsets, bucket.sizes, old_world)
+    lo, hi = bucket.slice(rank)
+    hi = min(hi, bucket.numel)
+    copies = []
+    for q in range(old_world):
+        old_lo, old_hi = old.slice(q)
+        start, end = max(lo, old_lo), min(hi, old_hi, bucket.numel)
+        if start < end:
+            copies.append(Copy(q, start - old_lo, start - lo, end - start))
+    return copies

@@ -5,9 +5,11 @@ unsharded optimizer's, in one launch per backend.
 
 Per case (an optimizer, and settings), one backend per training.zero level is built from the
 same seed (and rank 0's weights, broadcast) and takes the same two steps on this rank's batches;
-then its optimizer state is gathered as for a checkpoint (prepare_checkpoint) and rank 0 saves
-it; a third step moves the state on, rank 0 loads the checkpoint, it is broadcast (each rank
-cutting its slices) and the third step is taken again.
+then its optimizer state is checkpointed (prepare_checkpoint): zero=1 each rank's slices to its
+own shard file, zero=2 gathered to rank 0; rank 0 saves; a third step moves the state on, rank 0
+loads the checkpoint, it is broadcast (each rank reading or cutting its slices) and the third
+step is taken again. zero=1's shard files are also read back re-cut for one rank (a resume at
+another world size), to compare with zero=0's unsharded state.
 Writes OUT_DIR/rank-N.json: per case and level the largest difference from zero=0 of the weights
 after two steps, of the checkpointed optimizer state, and of the weights after the resumed third
 step; the weights' digest; and memory() after the two steps.
@@ -20,6 +22,7 @@ import numpy as np
 
 from hvdcls import config as cfg
 from hvdcls import registry
+from hvdcls import zero as zero_plan
 from hvdcls.backend import weights_digest
 
 SIDE, CLASSES, BATCH, LEVELS = 16, 10, 8, (0, 1, 2)
@@ -49,9 +52,12 @@ def batches(backend, passes: int, step: int, rank: int) -> list:
 
 
 def largest_difference(a: dict, b: dict) -> float:
-    """By position: TensorFlow names a second model's variables apart from the first's."""
+    """By position: TensorFlow names a second model's variables apart from the first's (the
+    optimizer states' names are the same in both, and put in one order)."""
     assert len(a) == len(b), (sorted(a), sorted(b))
-    return max(float(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)).max())
+    if set(a) == set(b):
+        a = {k: a[k] for k in b}
+    return max(float(np.abs(np.asarray(x, np.float64).reshape(-1) - np.asarray(y, np.float64).reshape(-1)).max())
                for x, y in zip(a.values(), b.values()))
 
 
@@ -66,16 +72,40 @@ def checkpoint_arrays(backend_name: str, directory: Path) -> dict:
         return {k: arrays[k] for k in arrays.files if k.startswith("optimizer/") and arrays[k].ndim > 0}
 
 
+def consolidated(backend_name: str, backend, directory: Path) -> dict:
+    """The unsharded optimizer state the ranks' shard files hold, by checkpoint_arrays()'s names:
+    their slices re-cut for one rank (a change of world size, 2 to 1)."""
+    sharded = backend.sharded
+    sizes = [b for bucket in sharded.buckets for b in bucket.sizes]
+    whole = zero_plan.plan(sizes, 1)
+    state = sharded.read_shards(directory, whole, 0)
+    out = {}
+    for b, bucket in enumerate(whole):
+        for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes):
+            if backend_name == "torch":
+                for key, flat in state["state"].get(b, {}).items():
+                    if flat.ndim == 1:
+                        out[f"{i}.{key}"] = flat[offset:offset + size].numpy()
+            else:
+                for k in range(len(sharded.kinds)):
+                    flat = state[f"slot/{b}/{k}"]
+                    out[f"optimizer/{sharded.scalars + i * len(sharded.kinds) + k}"] = flat[offset:offset + size]
+    return out
+
+
 def run_level(backend_name: str, overrides: list, lr: float, zero: int, out: Path) -> dict:
+    """zero=1 checkpoints as a run whose ranks share a filesystem does (every rank writes its
+    slices beside rank 0's file); zero=2 as one whose ranks do not (gathered to rank 0)."""
     backend, ctx, passes = build(backend_name, overrides, zero)
     for step in range(2):
         backend.train_step(batches(backend, passes, step, ctx.rank), lr)
     memory = backend.memory()
     after_two = backend.weights()
-    backend.prepare_checkpoint()  # every rank: the slices gathered
     checkpoint = out / f"checkpoint-{zero}"
+    checkpoint.mkdir(exist_ok=True)
+    backend.prepare_checkpoint(checkpoint if zero == 1 else None)  # every rank: shards written, or gathered
+    backend.broadcast_object(None, "shards_written")  # a barrier, as the Trainer's
     if ctx.rank == 0:
-        checkpoint.mkdir(exist_ok=True)
         backend.save(checkpoint)
     backend.train_step(batches(backend, passes, 2, ctx.rank), lr)  # the state moves on ...
     if ctx.rank == 0:  # ... and the checkpoint puts it back (a fresh build costs TensorFlow a trace)
@@ -85,7 +115,8 @@ def run_level(backend_name: str, overrides: list, lr: float, zero: int, out: Pat
     backend.sync_buffers()
     third = {str(i): value for i, value in enumerate(backend.weights().values())}  # by position
     backend.broadcast_object(None, "saved")  # a barrier: rank 0 wrote the checkpoint long before
-    return {"after_two": after_two, "state": checkpoint_arrays(backend_name, checkpoint), "third": third,
+    state = consolidated(backend_name, backend, checkpoint) if zero == 1 else checkpoint_arrays(backend_name, checkpoint)
+    return {"after_two": after_two, "state": state, "third": third,
             "memory": memory, "digest": weights_digest(third), "rank": ctx.rank}
 
 

@@ -30,7 +30,7 @@ import time
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import ContextManager
+from typing import ContextManager, Optional
 
 import horovod.tensorflow as hvd
 import keras
@@ -388,11 +388,15 @@ class TensorFlowBackend(HorovodBackend):
 
     def save(self, directory: Path) -> None:
         arrays = {f"model/{i}": v.numpy() for i, v in enumerate(self.model.variables)}
-        optimizer = self.sharded.gathered if self.sharded else [v.numpy() for v in self.optimizer.variables]
-        assert optimizer is not None  # prepare_checkpoint() gathered the slices
-        if self.sharded is not None:
-            self.sharded.gathered = None  # the unsharded copy lives until it is written
-        arrays.update({f"optimizer/{i}": value for i, value in enumerate(optimizer)})
+        if self.sharded is not None and self.sharded.in_files:  # each rank wrote its slices
+            arrays[zero.IN_SHARD_FILES] = np.array(self.sharded.size)
+            self.sharded.in_files = False
+        else:
+            optimizer = self.sharded.gathered if self.sharded else [v.numpy() for v in self.optimizer.variables]
+            assert optimizer is not None
+            if self.sharded is not None:
+                self.sharded.gathered = None  # the unsharded copy lives until it is written
+            arrays.update({f"optimizer/{i}": value for i, value in enumerate(optimizer)})
         arrays.update({f"ema/{i}": v.numpy() for i, v in enumerate(self.ema or [])})
         with open(directory / CHECKPOINT_FILE, "wb") as handle:
             np.savez(handle, **arrays, **(self.reducer.state_arrays() if self.reducer else {}))
@@ -404,8 +408,11 @@ class TensorFlowBackend(HorovodBackend):
                 stored = {key: arrays[key] for key in arrays.files}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
             raise UserError(f"cannot load {path}: {err or type(err).__name__}") from None
-        # training.zero: the checkpoint holds the unsharded optimizer's variables, cut on broadcast
-        optimizer_count = self.sharded.full_length() if self.sharded else len(self.optimizer.variables)
+        # training.zero: the checkpoint holds the unsharded optimizer's variables, cut on
+        # broadcast, or says that each rank's slices are in its shard file beside it
+        in_shards = self.sharded is not None and zero.IN_SHARD_FILES in stored
+        optimizer_count = (0 if in_shards else self.sharded.full_length() if self.sharded
+                           else len(self.optimizer.variables))
         for prefix, count in (("model", len(self.model.variables)), ("optimizer", optimizer_count)):
             names = [k for k in stored if k.startswith(prefix + "/")]
             if len(names) != count:
@@ -413,7 +420,9 @@ class TensorFlowBackend(HorovodBackend):
                                 f"the configured {prefix} has {count}")
         for i, variable in enumerate(self.model.variables):
             variable.assign(stored[f"model/{i}"])
-        if self.sharded is not None:
+        if in_shards and self.sharded is not None:
+            self.sharded.load_shards_from(directory)
+        elif self.sharded is not None:
             self.sharded.load_full([stored[f"optimizer/{i}"] for i in range(optimizer_count)])
         else:
             for i, variable in enumerate(self.optimizer.variables):
@@ -455,8 +464,10 @@ class TensorFlowBackend(HorovodBackend):
             hvd.broadcast_variables(self.reducer.state_variables(), root_rank=0)
             self.reducer.step = hvd.broadcast_object(self.reducer.step, root_rank=0, name="powersgd.step")
 
-    def prepare_checkpoint(self) -> None:
-        if self.sharded is not None:
+    def prepare_checkpoint(self, shard_dir: Optional[Path] = None) -> None:
+        if self.sharded is not None and shard_dir is not None:
+            self.sharded.write_shard(shard_dir)  # each rank its own slices, beside rank 0's file
+        elif self.sharded is not None:
             self.sharded.gather()  # Horovod: the slices gathered, saved unsharded
         if self.reducer is not None:
             self.reducer.average_errors()  # Horovod: one error for all ranks, training unchanged

@@ -10,12 +10,18 @@ _apply does them: the global norm summed over the ranks' slices) and all-gathere
 variables. SGD, Adam and AdamW act element by element, so stepping a slice is stepping those
 elements; the padding stays zero and is dropped.
 
-Checkpoints hold the unsharded optimizer's variables: a Keras optimizer built on the model lists
+Checkpoints: where every rank sees the checkpoint directory, each rank writes its own slices
+(the local optimizer's variables) to a file there (hvdcls.zero.shard_file_name) and a resume
+reads them back, re-sharding when the world size changed (hvdcls.zero.sources). Elsewhere they
+hold the unsharded optimizer's variables: a Keras optimizer built on the model lists
 `iteration` and `learning_rate`, then each variable's slots in order (momentum, velocity), which
 `gather()` rebuilds from the slices (a collective) and `load_full()` cuts them from.
 """
 from __future__ import annotations
 
+import os
+import zipfile
+from pathlib import Path
 from typing import Callable, Optional
 
 import horovod.tensorflow as hvd
@@ -24,9 +30,11 @@ import numpy as np
 import tensorflow as tf
 
 from hvdcls.errors import UserError
-from hvdcls.zero import Bucket, plan
+from hvdcls.zero import Bucket, find_shards, plan, shard_file_name, sources
 
 SLICE = "zero_slice"
+SHARD_SUFFIX = ".npz"
+IN_SHARD_FILES = "zero_shard_files"  # the checkpoint's key when every rank saved its own slices
 
 
 def refuse_what_breaks(zero: int, loss_scaled: bool) -> None:
@@ -50,7 +58,8 @@ class ShardedOptimizer:
         self.local.build(self.shards)
         self.scalars, self.kinds = self._layout()
         self.gathered: Optional[list] = None  # the unsharded optimizer's arrays, from gather()
-        self.loaded: Optional[list] = None  # what load_full() read, for broadcast_state()
+        self.loaded: Optional[list | dict] = None  # what load_full() read (or the shards' directory)
+        self.in_files = False  # write_shard() wrote this rank's slices for the coming save()
 
     def _layout(self) -> tuple[int, list[str]]:
         """(0-d variables first, slot kinds per variable), checked against the local optimizer's
@@ -137,6 +146,71 @@ class ShardedOptimizer:
         arrays += [per_param[(i, k)] for i in range(len(self.variables)) for k in range(len(self.kinds))]
         self.gathered = arrays if self.rank == 0 else None  # only rank 0 saves: no copy kept elsewhere
 
+    def write_shard(self, directory: Path) -> None:
+        """This rank's slices (the local optimizer's variables) to its file in `directory`."""
+        arrays = {f"scalar/{i}": v.numpy() for i, v in enumerate(self.local.variables[:self.scalars])}
+        arrays.update({f"slot/{b}/{k}": self.slot(b, k).numpy()
+                       for b in range(len(self.buckets)) for k in range(len(self.kinds))})
+        final = directory / shard_file_name(self.rank, self.size, SHARD_SUFFIX)
+        tmp = final.with_name(f".{final.name}.tmp")
+        with open(tmp, "wb") as handle:
+            np.savez(handle, numels=np.array([b.numel for b in self.buckets], np.int64), **arrays)
+        os.replace(tmp, final)
+        self.in_files = True  # rank 0's save() says so in the checkpoint
+
+    def read_shards(self, directory: Path, buckets: list[Bucket], rank: int) -> dict[str, np.ndarray]:
+        """`rank`'s slices of `buckets` (at their world size), by write_shard()'s names, from the
+        shard files every rank of the saving run wrote: its own at the same world size (bit-
+        identical), else the overlapping parts of each old slice, one file at a time."""
+        files = find_shards(directory, SHARD_SUFFIX)
+        if files is None:
+            raise UserError(f"checkpoint {directory}: training.zero shard files expected, none found")
+        if len(files) == buckets[0].world:
+            return self._read_shard(files[rank], buckets)
+        out: dict[str, np.ndarray] = {}
+        for source, path in enumerate(files):
+            old = self._read_shard(path, buckets)
+            for name, value in old.items():
+                if not name.startswith("slot/"):
+                    out.setdefault(name, value)  # the iteration count: the same on every rank
+                    continue
+                bucket = buckets[int(name.split("/")[1])]
+                target = out.setdefault(name, np.zeros(bucket.shard, value.dtype))
+                for copy in sources(bucket, len(files), rank):
+                    if copy.source == source:
+                        target[copy.offset:copy.offset + copy.length] = \
+                            value[copy.source_offset:copy.source_offset + copy.length]
+        return out
+
+    def _read_shard(self, path: Path, buckets: list[Bucket]) -> dict[str, np.ndarray]:
+        try:
+            with np.load(path) as stored:
+                arrays = {k: stored[k] for k in stored.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+            raise UserError(f"cannot load {path}: {err or type(err).__name__}") from None
+        if arrays.pop("numels", np.zeros(0)).tolist() != [b.numel for b in buckets]:
+            raise UserError(f"cannot load {path}: its training.zero buckets are not this model's")
+        return arrays
+
+    def load_shards_from(self, directory: Path) -> None:
+        """Rank 0: the checkpoint's optimizer state is in shard files (follow with broadcast_state())."""
+        self.loaded = {IN_SHARD_FILES: str(directory)}
+
+    def _load_shards(self, directory: Path) -> None:
+        """Every rank reads its slices; one that cannot stops every rank, with its reason."""
+        try:
+            arrays, error = self.read_shards(directory, self.buckets, self.rank), None
+        except UserError as err:
+            arrays, error = {}, f"rank {self.rank}: {err}"
+        errors = [e for e in hvd.allgather_object(error, name="zero.shards_read") if e]
+        if errors:
+            raise UserError(errors[0])
+        for i, v in enumerate(self.local.variables[:self.scalars]):
+            v.assign(arrays[f"scalar/{i}"])
+        for b in range(len(self.buckets)):
+            for k in range(len(self.kinds)):
+                self.slot(b, k).assign(arrays[f"slot/{b}/{k}"])
+
     def load_full(self, arrays: list) -> None:
         self._cut(arrays)
         self.loaded = arrays
@@ -146,7 +220,9 @@ class ShardedOptimizer:
         (fresh, equal) state is every rank's already."""
         full = hvd.broadcast_object(self.loaded if self.rank == 0 else None, root_rank=0,
                                     name="zero.optimizer")
-        if full is not None:
+        if isinstance(full, dict):
+            self._load_shards(Path(full[IN_SHARD_FILES]))
+        elif full is not None:
             self._cut(full)
         self.loaded = None
 

@@ -293,7 +293,10 @@ class TorchBackend(HorovodBackend):
         try:
             state = torch.load(path, map_location=self.device, weights_only=True)
             self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            if self.sharded is not None:  # training.zero: it may name the ranks' shard files
+                self.sharded.load_checkpoint(state["optimizer"], directory)
+            else:
+                self.optimizer.load_state_dict(state["optimizer"])
             self.scaler.load_state_dict(state["scaler"])
             if self.reducer is not None:
                 self.reducer.load_state_dict(state["powersgd"])
@@ -334,9 +337,9 @@ class TorchBackend(HorovodBackend):
                 hvd.broadcast_(tensor, root_rank=0)
             self.reducer.step = hvd.broadcast_object(self.reducer.step, root_rank=0, name="powersgd.step")
 
-    def prepare_checkpoint(self) -> None:
-        if self.sharded is not None:
-            self.sharded.prepare_checkpoint()  # Horovod: the slices gathered, saved unsharded
+    def prepare_checkpoint(self, shard_dir: Optional[Path] = None) -> None:
+        if self.sharded is not None:  # Horovod: each rank's slices to shard_dir, or gathered to rank 0
+            self.sharded.prepare_checkpoint(shard_dir)
         if self.reducer is not None:
             self.reducer.average_errors_()  # Horovod: one error for all ranks, training unchanged
 

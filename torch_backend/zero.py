@@ -12,22 +12,28 @@ padding (zero gradient, zero weight) stays zero and is dropped.
 
 It answers what the backend asks of DistributedOptimizer (param_groups, zero_grad,
 synchronize, skip_synchronize, step, state_dict, load_state_dict), so the train step is the
-same code. Checkpoints hold the unsharded optimizer's state_dict: prepare_checkpoint() gathers
-it (a collective) and load_state_dict() cuts this rank's slices out of one, whatever world
-size wrote it.
+same code. Checkpoints: where every rank sees the checkpoint directory, each rank writes its
+own slices' state to a file there (hvdcls.zero.shard_file_name) and a resume reads them back,
+re-sharding when the world size changed (hvdcls.zero.sources); elsewhere prepare_checkpoint()
+gathers the unsharded optimizer's state_dict to rank 0 (a collective) and load_state_dict()
+cuts this rank's slices out of one, whatever world size wrote it.
 """
 from __future__ import annotations
 
+import os
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Callable, Optional
 
 import horovod.torch as hvd
 import torch
 
 from hvdcls.errors import UserError
-from hvdcls.zero import Bucket, plan
+from hvdcls.zero import Bucket, find_shards, plan, shard_file_name, sources
 
 MakeOptimizer = Callable[[list], torch.optim.Optimizer]
+SHARD_SUFFIX = ".pt"
+IN_SHARD_FILES = "zero_shard_files"  # torch.pt's "optimizer" when every rank saved its own slices
 
 
 def refuse_what_breaks(zero: int, loss_scaled: bool) -> None:
@@ -150,11 +156,24 @@ class ShardedOptimizer:
         """Horovod: rank 0's loaded checkpoint (the unsharded state), every rank cutting its slices."""
         full = hvd.broadcast_object(self.loaded if self.rank == 0 else None, root_rank=0,
                                     name="zero.optimizer")
-        if full is not None:
+        if full is not None and IN_SHARD_FILES in full:
+            self._load_shards(Path(full[IN_SHARD_FILES]))
+        elif full is not None:
             self.local.load_state_dict(self._cut(full))
         elif not self.local.state:
             self._initial_step()
         self.loaded = None
+
+    def _load_shards(self, directory: Path) -> None:
+        """Every rank reads its slices; one that cannot stops every rank, with its reason."""
+        try:
+            state, error = self.read_shards(directory, self.buckets, self.rank), None
+        except UserError as err:
+            state, error = None, f"rank {self.rank}: {err}"
+        errors = [e for e in hvd.allgather_object(error, name="zero.shards_read") if e]
+        if errors or state is None:
+            raise UserError(errors[0] if errors else f"rank {self.rank}: no shard state read")
+        self.local.load_state_dict(state)
 
     @torch.no_grad()
     def _initial_step(self) -> None:
@@ -167,11 +186,68 @@ class ShardedOptimizer:
         for shard in self.shards:
             shard.grad = None
 
-    def prepare_checkpoint(self) -> None:
-        """Horovod: every rank calls it (the all-gathers); only rank 0, which saves, keeps the
-        unsharded state (AdamW's for ViT-H/14: 5 GB), until its save() writes it."""
+    def prepare_checkpoint(self, shard_dir: Optional[Path] = None) -> None:
+        """Every rank calls it. With `shard_dir` (seen by every rank) each writes its own slices'
+        state there; without, the slices are all-gathered and only rank 0, which saves, keeps
+        the unsharded state (AdamW's for ViT-H/14: 5 GB) until its save() writes it."""
+        if shard_dir is not None:
+            self.write_shard(shard_dir)
+            self.gathered = {IN_SHARD_FILES: self.size}
+            return
         gathered = self._gather(keep=self.rank == 0)
         self.gathered = gathered if self.rank == 0 else None
+
+    def write_shard(self, directory: Path) -> None:
+        final = directory / shard_file_name(self.rank, self.size, SHARD_SUFFIX)
+        tmp = final.with_name(f".{final.name}.tmp")
+        torch.save({"numels": [b.numel for b in self.buckets], "optimizer": self.local.state_dict()}, tmp)
+        os.replace(tmp, final)
+
+    def load_checkpoint(self, state: dict, directory: Path) -> None:
+        """Rank 0: what a checkpoint's torch.pt holds for the optimizer (follow with broadcast_state())."""
+        if IN_SHARD_FILES in state:
+            self.loaded = {IN_SHARD_FILES: str(directory)}
+        else:
+            self.load_state_dict(state)
+
+    def read_shards(self, directory: Path, buckets: list[Bucket], rank: int) -> dict:
+        """The local optimizer's state_dict for `rank`'s slices of `buckets` (at their world
+        size), from the shard files every rank of the saving run wrote: its own file at the same
+        world size (bit-identical), else the overlapping parts of each old slice, one file at a
+        time."""
+        files = find_shards(directory, SHARD_SUFFIX)
+        if files is None:
+            raise UserError(f"checkpoint {directory}: training.zero shard files expected, none found")
+        if len(files) == buckets[0].world:
+            return self._read_shard(files[rank], buckets)["optimizer"]
+        state: dict = {}
+        groups = None
+        for source, path in enumerate(files):
+            old = self._read_shard(path, buckets)["optimizer"]
+            groups = groups or old["param_groups"]
+            for b, bucket in enumerate(buckets):
+                entry = old["state"].get(b, {})
+                new = state.setdefault(b, {})
+                for key, value in entry.items():
+                    if not (torch.is_tensor(value) and value.ndim == 1):
+                        new.setdefault(key, value)  # Adam's step count: the same on every rank
+                        continue
+                    target = new.setdefault(key, torch.zeros(bucket.shard, dtype=value.dtype))
+                    for copy in sources(bucket, len(files), rank):
+                        if copy.source == source:
+                            target[copy.offset:copy.offset + copy.length] = \
+                                value[copy.source_offset:copy.source_offset + copy.length]
+        return {"state": {b: entry for b, entry in state.items() if entry}, "param_groups": groups}
+
+    def _read_shard(self, path: Path, buckets: list[Bucket]) -> dict:
+        try:
+            stored = torch.load(path, map_location="cpu", weights_only=True)
+        except (OSError, RuntimeError, EOFError, ValueError) as err:
+            raise UserError(f"cannot load {path}: {str(err).splitlines()[0] if str(err) else type(err).__name__}") \
+                from None
+        if stored.get("numels") != [b.numel for b in buckets]:
+            raise UserError(f"cannot load {path}: its training.zero buckets are not this model's")
+        return stored
 
     def _gather(self, keep: bool = True) -> dict:
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.local.param_groups]

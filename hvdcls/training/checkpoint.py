@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,12 +37,26 @@ def due(epoch: int, epochs: int, every: int) -> bool:
 def save(checkpoints_dir: Path, epoch: int, state: dict, write_backend: Callable[[Path], None],
          keep: int) -> Path:
     """Write checkpoint `epoch` atomically, then drop all but the newest `keep`."""
+    return commit(begin(checkpoints_dir, epoch), epoch, state, write_backend, keep)
+
+
+def begin(checkpoints_dir: Path, epoch: int) -> Path:
+    """Rank 0: the hidden temporary directory checkpoint `epoch` is written into; commit()
+    renames it into place. Other ranks may write their own files there first (training.zero's
+    shards), once share_check() has shown they see it."""
     checkpoints_dir.mkdir(parents=True, exist_ok=True)
-    final = checkpoints_dir / checkpoint_name(epoch)
-    tmp = checkpoints_dir / f"{TMP_PREFIX}{final.name}.tmp-{os.getpid()}"
     remove_leftovers(checkpoints_dir)
+    tmp = checkpoints_dir / f"{TMP_PREFIX}{checkpoint_name(epoch)}.tmp-{os.getpid()}"
     tmp.mkdir()
+    return tmp
+
+
+def commit(tmp: Path, epoch: int, state: dict, write_backend: Callable[[Path], None], keep: int) -> Path:
+    """Rank 0: the backend's files and state.json into `tmp` (from begin()), renamed into place."""
+    checkpoints_dir = tmp.parent
+    final = checkpoints_dir / checkpoint_name(epoch)
     try:
+        (tmp / SHARED_MARKER).unlink(missing_ok=True)
         write_backend(tmp)
         faults.checkpoint_point(epoch, tmp)  # inert outside tests: a kill mid-write
         write_json_atomic(tmp / STATE_FILE, state)
@@ -56,6 +71,26 @@ def save(checkpoints_dir: Path, epoch: int, state: dict, write_backend: Callable
     for old in list_checkpoints(checkpoints_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+# Whether every rank sees rank 0's temporary directory (one filesystem, as on one machine or
+# an NFS-mounted run directory): rank 0 leaves a random token in it, and each rank reads it.
+SHARED_MARKER = ".shared"
+
+
+def mark_shared(tmp: Path) -> str:
+    token = secrets.token_hex(16)
+    (tmp / SHARED_MARKER).write_text(token)
+    return token
+
+
+def sees(tmp: Optional[str], token: Optional[str]) -> bool:
+    if tmp is None or token is None:
+        return False
+    try:
+        return (Path(tmp) / SHARED_MARKER).read_text() == token
+    except OSError:
+        return False
 
 
 def remove_leftovers(checkpoints_dir: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 
 import numpy as np
@@ -213,6 +214,7 @@ class Trainer:
         # at; an elastic attempt sets it, as its world's steps since the epoch began are not
         # the run's.
         self.step_origin = 0
+        self.warned_unshared = False  # training.zero: said once that shards cannot be saved per rank
         self.lr_at = schedule.build(config.optimizer, config.schedule, world_size=ctx.size,
                                     backward_passes=self.passes,
                                     steps_per_epoch=self.steps_per_epoch,
@@ -427,8 +429,12 @@ class Trainer:
     def save(self, epochs_done: int) -> None:
         self.phases.enter(CHECKPOINTING)
         self.monitor.phase(status_file.CHECKPOINTING)
-        self.backend.prepare_checkpoint()  # every rank: it may be a collective
-        if not self.ctx.is_main:  # Horovod: weights are identical on every rank; rank 0 writes
+        tmp = checkpoint.begin(self.outputs.checkpoints_dir, epochs_done) if self.ctx.is_main else None
+        shard_dir = self.shard_directory(tmp) if self.config.training.zero else None
+        self.backend.prepare_checkpoint(shard_dir)  # every rank: it may be a collective
+        if shard_dir is not None:  # every rank's shard is written before rank 0 renames the directory
+            self.backend.allreduce_sum([0.0], "checkpoint_shards_written")
+        if tmp is None:  # Horovod: weights are identical on every rank; rank 0 writes
             return
         history = self.outputs.history
         state = {"backend": self.ctx.backend, "epoch": epochs_done,
@@ -437,6 +443,20 @@ class Trainer:
                  "lr": self.config.optimizer.lr,  # a number here (auto was resolved): a resume keeps it
                  "best_val_accuracy": max(r.val_accuracy for r in history),
                  "history": [r.as_dict() for r in history]}
-        path = checkpoint.save(self.outputs.checkpoints_dir, epochs_done, state, self.backend.save,
-                               self.config.output.keep_checkpoints)
+        path = checkpoint.commit(tmp, epochs_done, state, self.backend.save, self.config.output.keep_checkpoints)
         self.monitor.note(f"checkpoint {path}")
+
+    def shard_directory(self, tmp: Optional[Path]) -> Optional[Path]:
+        """Rank 0's temporary checkpoint directory when every rank sees it (a collective): then
+        each writes its training.zero shard there; else rank 0 gathers the whole state (and
+        needs the memory for it), as on hosts that share no filesystem."""
+        token = checkpoint.mark_shared(tmp) if tmp is not None else None
+        path, token = self.backend.broadcast_object((str(tmp) if tmp else None, token), "checkpoint_dir")
+        seen = self.backend.allreduce_sum([1.0 if checkpoint.sees(path, token) else 0.0], "checkpoint_shared")
+        if seen[0] < self.ctx.size:
+            if not self.warned_unshared:
+                self.monitor.note(f"training.zero: {self.ctx.size - int(seen[0])} rank(s) cannot see rank 0's "
+                                  "checkpoint directory; the optimizer state is gathered to rank 0 to save it")
+                self.warned_unshared = True
+            return None
+        return Path(path)

@@ -73,3 +73,27 @@ def test_snapshot_and_restore_put_the_slices_back(framework):
     step(framework, again, 2)
     step(framework, backend, 2)
     assert differences(backend, again) == 0.0
+
+
+def test_shard_files_resume_as_the_run_went_on_and_a_lost_one_is_one_line(framework, tmp_path):
+    """A checkpoint whose optimizer state is in the ranks' shard files (one here): a resume from
+    it steps as the run itself did; without its shard file it stops with one line."""
+    from hvdcls.errors import UserError
+
+    saved = built(framework, 2)
+    step(framework, saved, 1)
+    saved.prepare_checkpoint(tmp_path)  # every rank its own file: the Trainer passes rank 0's directory
+    saved.save(tmp_path)
+    shards = sorted(tmp_path.glob("zero-shard-*"))
+    assert [p.stem for p in shards] == ["zero-shard-00000-of-00001"]  # .pt or .npz
+    resumed = built(framework, 2)
+    resumed.load(tmp_path)
+    resumed.broadcast_state()
+    for backend in (saved, resumed):
+        step(framework, backend, 2)
+    assert differences(saved, resumed) == 0.0
+    shards[0].unlink()
+    lost = built(framework, 2)
+    lost.load(tmp_path)
+    with pytest.raises(UserError, match="training.zero shard files expected, none found"):
+        lost.broadcast_state()

@@ -2,7 +2,8 @@
 
 Must hold, for SGD with momentum (with clipping and two backward passes per step) and AdamW:
 zero=1 and zero=2 train as zero=0 does, to 1e-6, after two steps; their checkpointed optimizer
-state is zero=0's (gathered, unsharded); a resume from it takes the same third step;
+state is zero=0's (zero=1: each rank's shard file, read back re-cut for one rank; zero=2: gathered
+to rank 0, unsharded); a resume from it takes the same third step;
 every rank ends with the same weights; per rank the optimizer state is half of zero=0's (and, for
 zero=2, the gradients too).
 """
@@ -13,7 +14,8 @@ import sys
 import pytest
 
 from hvdcls import launch
-from tests.parallel.test_train import NP, REPO
+from tests.parallel.test_train import NO_PICTURES, NP, REPO, train
+from tests.run_files import read_metrics
 from tests.zero_step import CASES
 
 pytestmark = pytest.mark.parallel
@@ -57,3 +59,24 @@ def test_memory_halves_at_two_ranks(reports, case):
             assert ratio == pytest.approx(0.5, abs=0.01), (case, zero, ratio)
         ratio = report[case]["2"]["memory"]["grad_bytes"] / plain["grad_bytes"]
         assert ratio == pytest.approx(0.5, abs=0.01), (case, ratio)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_trainer_saves_each_ranks_shard_and_resumes_at_another_world_size(backend, tmp_path):
+    """`hvdcls train` at np=2: every rank writes its slices beside rank 0's checkpoint (one
+    filesystem here), no rank gathers the state; one process resumes from the two shards."""
+    out, resumed = tmp_path / "run", tmp_path / "resumed"
+    train("horovodrun", NP, backend, out, "--epochs", "2", "training.zero=2", "optimizer.name=adamw",
+          "optimizer.lr=0.002", "output.checkpoint_every=1", *NO_PICTURES)
+    suffix = ".pt" if backend == "torch" else ".npz"
+    for epoch in (1, 2):
+        checkpoint = out / "checkpoints" / f"epoch-{epoch:04d}"
+        assert sorted(p.name for p in checkpoint.iterdir() if p.name.startswith("zero-")) == \
+            [f"zero-shard-0000{r}-of-00002{suffix}" for r in range(NP)]
+        assert not [p.name for p in checkpoint.iterdir() if p.name.startswith(".")]  # no marker, no temporary
+    result = train("plain", 1, backend, resumed, "--epochs", "3", "training.zero=2", "optimizer.name=adamw",
+                   "optimizer.lr=0.002", "--resume", str(out / "checkpoints" / "epoch-0002"), *NO_PICTURES)
+    assert "resumed from" in result.stdout + result.stderr
+    original, again = read_metrics(out), read_metrics(resumed)
+    assert [r["epoch"] for r in again] == [1, 2, 3] and again[:2] == original
+    assert again[2]["train_loss"] < original[1]["train_loss"]  # it trains on from the re-cut state

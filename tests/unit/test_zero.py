@@ -47,6 +47,45 @@ def test_buckets_keep_order_and_a_large_tensor_alone():
     assert buckets[0].offsets == (0, 4)
 
 
+@pytest.mark.parametrize("old_world", range(1, 6))
+def test_resharding_rebuilds_every_slice_from_the_old_ones(old_world):
+    """A checkpoint's slices at old_world, re-cut for every new world: each new slice holds
+    exactly its bucket's elements, copied from where the old ranks kept them."""
+    rng = random.Random(old_world)
+    sizes = [rng.randint(1, 30) for _ in range(9)]
+    for new_world in range(1, 6):
+        old_buckets = zero_partition.plan(sizes, old_world, bucket_elements=40)
+        new_buckets = zero_partition.plan(sizes, new_world, bucket_elements=40)
+        assert [b.params for b in old_buckets] == [b.params for b in new_buckets]  # world-free
+        for old, new in zip(old_buckets, new_buckets):
+            # the old slices, element k of the bucket holding the value k (padding: None)
+            held = [[k if k < old.numel else None for k in range(*old.slice(q))] for q in range(old_world)]
+            for rank in range(new_world):
+                rebuilt = [None] * new.shard
+                for copy in zero_partition.sources(new, old_world, rank):
+                    part = held[copy.source][copy.source_offset:copy.source_offset + copy.length]
+                    assert None not in part
+                    rebuilt[copy.offset:copy.offset + copy.length] = part
+                lo, hi = new.slice(rank)
+                assert rebuilt == [k if k < new.numel else None for k in range(lo, hi)]
+
+
+def test_shard_files_make_one_set_or_a_one_line_error(tmp_path):
+    name = zero_partition.shard_file_name
+    assert zero_partition.find_shards(tmp_path, ".pt") is None  # a checkpoint saved gathered
+    for rank in range(3):
+        (tmp_path / name(rank, 3, ".pt")).touch()
+    (tmp_path / ".zero-shard-00000-of-00003.pt.tmp").touch()  # a writer's temporary: not a shard
+    assert zero_partition.find_shards(tmp_path, ".pt") == [tmp_path / name(r, 3, ".pt") for r in range(3)]
+    (tmp_path / name(1, 3, ".pt")).unlink()
+    with pytest.raises(UserError, match="missing: zero-shard-00001-of-00003.pt"):
+        zero_partition.find_shards(tmp_path, ".pt")
+    (tmp_path / name(1, 3, ".pt")).touch()
+    (tmp_path / name(0, 2, ".pt")).touch()
+    with pytest.raises(UserError, match="world sizes: 2, 3"):
+        zero_partition.find_shards(tmp_path, ".pt")
+
+
 def test_level_outside_0_to_2_is_one_line():
     for good in (0, 1, 2):
         zero_partition.check_level(good)
