@@ -16,7 +16,7 @@ GPU_FLAG := $(if $(filter 1,$(GPU)),--gpu,)
 
 .PHONY: setup demo test lint doctor unit parallel docker-test clean distclean bench docker-engine base-image \
 	wheelhouse image prometheus-image compose-up compose-down compose-test slurm-image slurm-up slurm-down \
-	bench-unequal
+	bench-unequal test-images
 
 setup:
 	@VENV=$(VENV) GPU=$(GPU) bash tools/setup.sh
@@ -31,14 +31,28 @@ demo: setup
 # take both cores themselves, so they follow one test at a time: the second run is every test
 # but the first's, so a new folder lands there by default. It goes on when the first failed, and
 # make fails if either did; each closes with its slowest tests (CI's budget).
+# The Docker images the Docker suite needs are built meanwhile, in the background (their apt
+# downloads and layer writes wait on the network and the disk, not the cores); the Docker
+# tests' fixtures find them up to date, or build what a failed background build left.
 TEST_WORKERS ?= 2
 SINGLE_PROCESS_SUITES := tests/unit tests/torch_backend tests/tf_backend
 test: setup lint
 	@bash tools/docker_engine.sh --try
-	@status=0; \
+	@status=0; images=; mkdir -p build; \
+	if docker info >/dev/null 2>&1; then \
+		echo "[test] building the Docker images in the background (log: build/test-images.log)"; \
+		$(MAKE) --no-print-directory test-images >build/test-images.log 2>&1 & images=$$!; \
+	fi; \
 	$(PY) -m pytest -n $(TEST_WORKERS) --durations=10 $(SINGLE_PROCESS_SUITES) || status=$$?; \
+	if [ -n "$$images" ]; then \
+		started=$$(date +%s); wait $$images && echo "[test] Docker images ready (waited $$(( $$(date +%s) - started )) s)" \
+			|| echo "[test] the background image build failed (build/test-images.log); the Docker tests build again"; \
+	fi; \
 	$(PY) -m pytest --durations=25 $(addprefix --ignore=,$(SINGLE_PROCESS_SUITES)) tests || status=$$?; \
 	exit $$status
+
+# What tests/docker's fixtures use: the app image, the compose cluster's Prometheus, Slurm's.
+test-images: image prometheus-image slurm-image
 
 # ruff (ruff.toml) and mypy (mypy.ini) over the code that ships; tests/ are not linted yet.
 LINTED := hvdcls torch_backend tf_backend tools benchmarks setup.py
