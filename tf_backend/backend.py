@@ -411,6 +411,9 @@ class TensorFlowBackend(HorovodBackend):
         # training.zero: the checkpoint holds the unsharded optimizer's variables, cut on
         # broadcast, or says that each rank's slices are in its shard file beside it
         in_shards = self.sharded is not None and zero.IN_SHARD_FILES in stored
+        if self.sharded is None and zero.IN_SHARD_FILES in stored:
+            raise UserError(f"cannot load {path}: its optimizer state is in training.zero's per-rank shard "
+                            "files; resume it with training.zero=1 or 2")
         optimizer_count = (0 if in_shards else self.sharded.full_length() if self.sharded
                            else len(self.optimizer.variables))
         for prefix, count in (("model", len(self.model.variables)), ("optimizer", optimizer_count)):

@@ -295,6 +295,9 @@ class TorchBackend(HorovodBackend):
             self.model.load_state_dict(state["model"])
             if self.sharded is not None:  # training.zero: it may name the ranks' shard files
                 self.sharded.load_checkpoint(state["optimizer"], directory)
+            elif zero.IN_SHARD_FILES in state["optimizer"]:
+                raise UserError(f"cannot load {path}: its optimizer state is in training.zero's per-rank "
+                                "shard files; resume it with training.zero=1 or 2")
             else:
                 self.optimizer.load_state_dict(state["optimizer"])
             self.scaler.load_state_dict(state["scaler"])

@@ -43,7 +43,7 @@ def save(checkpoints_dir: Path, epoch: int, state: dict, write_backend: Callable
 def begin(checkpoints_dir: Path, epoch: int) -> Path:
     """Rank 0: the hidden temporary directory checkpoint `epoch` is written into; commit()
     renames it into place. Other ranks may write their own files there first (training.zero's
-    shards), once share_check() has shown they see it."""
+    shards), once each has shown that it sees the directory (mark_shared() and sees())."""
     checkpoints_dir.mkdir(parents=True, exist_ok=True)
     remove_leftovers(checkpoints_dir)
     tmp = checkpoints_dir / f"{TMP_PREFIX}{checkpoint_name(epoch)}.tmp-{os.getpid()}"

@@ -77,7 +77,7 @@ def test_snapshot_and_restore_put_the_slices_back(framework):
 
 def test_shard_files_resume_as_the_run_went_on_and_a_lost_one_is_one_line(framework, tmp_path):
     """A checkpoint whose optimizer state is in the ranks' shard files (one here): a resume from
-    it steps as the run itself did; without its shard file it stops with one line."""
+    it steps as the run itself did; at zero=0, or without its shard file, it stops with one line."""
     from hvdcls.errors import UserError
 
     saved = built(framework, 2)
@@ -92,6 +92,8 @@ def test_shard_files_resume_as_the_run_went_on_and_a_lost_one_is_one_line(framew
     for backend in (saved, resumed):
         step(framework, backend, 2)
     assert differences(saved, resumed) == 0.0
+    with pytest.raises(UserError, match="per-rank shard files; resume it with training.zero=1 or 2"):
+        built(framework, 0).load(tmp_path)  # zero=0 has no slices to read them into
     shards[0].unlink()
     lost = built(framework, 2)
     lost.load(tmp_path)
