@@ -155,3 +155,12 @@ def sources(bucket: Bucket, old_world: int, rank: int) -> list[Copy]:
         if start < end:
             copies.append(Copy(q, start - old_lo, start - lo, end - start))
     return copies
+
+
+def fill_from(target, old_slice, bucket: Bucket, old_world: int, rank: int, source: int) -> None:
+    """Into `target`, rank `rank`'s new slice of `bucket`, the parts of it that old rank
+    `source`'s slice `old_slice` held (numpy arrays or torch tensors: both take slice assignment)."""
+    for copy in sources(bucket, old_world, rank):
+        if copy.source == source:
+            target[copy.offset:copy.offset + copy.length] = \
+                old_slice[copy.source_offset:copy.source_offset + copy.length]

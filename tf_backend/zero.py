@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from hvdcls.errors import UserError
-from hvdcls.zero import Bucket, find_shards, plan, shard_file_name, sources
+from hvdcls.zero import Bucket, fill_from, find_shards, plan, shard_file_name
 
 SLICE = "zero_slice"
 SHARD_SUFFIX = ".npz"
@@ -175,11 +175,9 @@ class ShardedOptimizer:
                     out.setdefault(name, value)  # the iteration count: the same on every rank
                     continue
                 bucket = buckets[int(name.split("/")[1])]
-                target = out.setdefault(name, np.zeros(bucket.shard, value.dtype))
-                for copy in sources(bucket, len(files), rank):
-                    if copy.source == source:
-                        target[copy.offset:copy.offset + copy.length] = \
-                            value[copy.source_offset:copy.source_offset + copy.length]
+                if name not in out:  # made once, not per old file: it is a whole slice
+                    out[name] = np.zeros(bucket.shard, value.dtype)
+                fill_from(out[name], value, bucket, len(files), rank, source)
         return out
 
     def _read_shard(self, path: Path, buckets: list[Bucket]) -> dict[str, np.ndarray]:

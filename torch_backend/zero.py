@@ -29,7 +29,7 @@ import horovod.torch as hvd
 import torch
 
 from hvdcls.errors import UserError
-from hvdcls.zero import Bucket, find_shards, plan, shard_file_name, sources
+from hvdcls.zero import Bucket, fill_from, find_shards, plan, shard_file_name
 
 MakeOptimizer = Callable[[list], torch.optim.Optimizer]
 SHARD_SUFFIX = ".pt"
@@ -232,11 +232,9 @@ class ShardedOptimizer:
                     if not (torch.is_tensor(value) and value.ndim == 1):
                         new.setdefault(key, value)  # Adam's step count: the same on every rank
                         continue
-                    target = new.setdefault(key, torch.zeros(bucket.shard, dtype=value.dtype))
-                    for copy in sources(bucket, len(files), rank):
-                        if copy.source == source:
-                            target[copy.offset:copy.offset + copy.length] = \
-                                value[copy.source_offset:copy.source_offset + copy.length]
+                    if key not in new:  # made once, not per old file: it is a whole slice
+                        new[key] = torch.zeros(bucket.shard, dtype=value.dtype)
+                    fill_from(new[key], value, bucket, len(files), rank, source)
         return {"state": {b: entry for b, entry in state.items() if entry}, "param_groups": groups}
 
     def _read_shard(self, path: Path, buckets: list[Bucket]) -> dict:
