@@ -4,11 +4,15 @@ Mirror: torch_backend/zero.py (the same plan, hvdcls.zero, and the same collecti
 trained variables lie in flat buckets; each rank owns one contiguous 1/N slice of every bucket
 and keeps a Keras optimizer over its slices alone (one flat variable per bucket), so its slots
 (momentum, Adam's moments) are 1/N of the unsharded ones. `apply(grads)`, inside the compiled
-step, takes this rank's local gradients: zero=1 all-reduces the flat buckets (grouped) and keeps
-its slice, zero=2 reduce-scatters them; the slices are stepped (L2 and clipping as the backend's
+step, takes this rank's local gradients: zero=1 all-reduces the flat buckets and keeps its
+slice, zero=2 reduce-scatters them; the slices are stepped (L2 and clipping as the backend's
 _apply does them: the global norm summed over the ranks' slices) and all-gathered back into the
-variables. SGD, Adam and AdamW act element by element, so stepping a slice is stepping those
-elements; the padding stays zero and is dropped.
+variables. One bucket at a time, as in torch: each bucket's flat copy is made only once the
+bucket before it is reduced (control dependencies; the graph would otherwise make them all at
+once), and the all-gather of a bucket waits for the previous bucket's variables to be written,
+so a step holds one flat bucket beyond the gradients and the slices, not a second copy of all.
+SGD, Adam and AdamW act element by element, so stepping a slice is stepping those elements; the
+padding stays zero and is dropped.
 
 Checkpoints: where every rank sees the checkpoint directory, each rank writes its own slices
 (the local optimizer's variables) to a file there (hvdcls.zero.shard_file_name) and a resume
@@ -90,15 +94,7 @@ class ShardedOptimizer:
 
     def apply(self, grads: list) -> None:
         """Horovod: average `grads` (this rank's, one per variable) by slices, step them, gather."""
-        flats = [self._flat(b, grads) for b in self.buckets]
-        if self.fp16:  # horovod.compression=fp16: the reduction travels in float16
-            flats = [tf.cast(f, tf.float16) for f in flats]
-        if self.level == 1:
-            averaged = hvd.grouped_allreduce(flats, op=hvd.Average, name="zero.grads")
-            slices = [a[slice(*b.slice(self.rank))] for a, b in zip(averaged, self.buckets)]
-        else:  # equal slices (padded), so Horovod's split hands rank r its own
-            slices = hvd.grouped_reducescatter(flats, op=hvd.Average)  # (no name in this binding)
-        slices = [tf.cast(s, tf.float32) for s in slices]
+        slices = self._reduce(grads)
         weights = tf_values(self.variables)
         for bucket, shard in zip(self.buckets, self.shards):
             shard.assign(self._own(bucket, weights))  # the variables may have been set (resume)
@@ -107,11 +103,32 @@ class ShardedOptimizer:
         if self.clip:
             slices = self._clip(slices)
         self.local.apply_gradients(zip(slices, self.shards))
-        full = hvd.grouped_allgather([s.value for s in self.shards], name="zero.params")  # rank order
-        for bucket, flat in zip(self.buckets, full):
-            for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes):
-                v = self.variables[i]
-                v.assign(tf.cast(tf.reshape(flat[offset:offset + size], v.shape), v.dtype))
+        written: list = []
+        for b, (bucket, shard) in enumerate(zip(self.buckets, self.shards)):
+            with tf.control_dependencies(written):  # the previous bucket is in the variables
+                flat = hvd.allgather(shard.value, name=f"zero.params.{b}")  # rank order
+            written = [self._write(i, flat[offset:offset + size])
+                       for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes)]
+
+    def _write(self, i: int, flat: tf.Tensor):
+        v = self.variables[i]
+        return v.assign(tf.cast(tf.reshape(flat, v.shape), v.dtype))
+
+    def _reduce(self, grads: list) -> list:
+        """This rank's slice of the ranks' averaged gradients, bucket by bucket."""
+        slices: list = []
+        for b, bucket in enumerate(self.buckets):
+            with tf.control_dependencies(slices[-1:]):  # made once the bucket before is reduced
+                flat = self._flat(bucket, grads)
+            if self.fp16:  # horovod.compression=fp16: the reduction travels in float16
+                flat = tf.cast(flat, tf.float16)
+            if self.level == 1:
+                averaged = hvd.allreduce(flat, op=hvd.Average, name=f"zero.grads.{b}")
+                part = averaged[slice(*bucket.slice(self.rank))]
+            else:  # equal slices (padded), so Horovod's split hands rank r its own
+                part = hvd.reducescatter(flat, op=hvd.Average, name=f"zero.grads.{b}")
+            slices.append(tf.cast(part, tf.float32))
+        return slices
 
     def _clip(self, slices: list) -> list:
         """tf.clip_by_global_norm's rule, the norm over every rank's slices."""
