@@ -125,6 +125,7 @@ def follow_elastic(job_id: int) -> None:
     out["E summary"] = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else None
     log = service.http.get(f"/jobs/{job_id}/logs").text
     out["E elastic lines"] = [line for line in log.splitlines() if "elastic: " in line]
+    out["E log tail"] = log.splitlines()[-60:]  # why, should it fail (its message is stderr's end)
     out["E status"] = run("hvdcls", "status", str(job_id))
     out["E sinfo"] = run("sinfo", "--noheader", "--Node", "--format=%N %T").splitlines()
     print(json.dumps(out))
