@@ -51,12 +51,18 @@ def _require(module: str, spec: BackendSpec) -> None:
                         f"{spec.install_hint()}")
 
 
-def load(name: str, submodule: str) -> ModuleType:
-    """Import `<backend package>.<submodule>` (e.g. `torch_backend.smoke`) on first use."""
+def require(name: str) -> None:
+    """A one-line UserError now, in this process, when backend `name` cannot be imported: so a
+    launcher (the bench, say) says it before starting ranks that would each fail with a traceback."""
     spec = get(name)
     _require(spec.framework, spec)
     _require(spec.horovod_module, spec)
-    return importlib.import_module(f"{spec.package}.{submodule}")
+
+
+def load(name: str, submodule: str) -> ModuleType:
+    """Import `<backend package>.<submodule>` (e.g. `torch_backend.smoke`) on first use."""
+    require(name)
+    return importlib.import_module(f"{get(name).package}.{submodule}")
 
 
 def create_backend(name: str):

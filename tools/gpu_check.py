@@ -57,12 +57,16 @@ def extract_build(work: Path, mode: str) -> tuple[dict, list[str]]:
     return info, problems
 
 
+def modules_ok(found: dict, name: str) -> bool:
+    return bool(found.get("modules", {}).get(name))
+
+
 def extract_install(work: Path, mode: str) -> tuple[dict, list[str]]:
     found = read_json(work / "imports.json")
     if found is None:
         return {}, ["the import check wrote nothing"]
     problems = [f"cannot import {name}" for name, version in found["modules"].items() if not version]
-    if mode == "gpu" and not found.get("nccl_built"):
+    if mode == "gpu" and modules_ok(found, "horovod") and not found.get("nccl_built"):
         problems.append("Horovod was built without NCCL")
     if mode == "gpu" and not found.get("cuda_available"):
         problems.append("torch sees no CUDA device")
@@ -266,14 +270,19 @@ def imports(out: Path, carried_dir: Path | None) -> int:
         except metadata.PackageNotFoundError:
             modules[name] = "source tree" if name == "hvdcls" else "?"
     found: dict = {"modules": modules, "python": sys.version.split()[0]}
+    # torch first and on its own: a Horovod that failed to build must not hide the GPU.
     try:
-        import horovod.torch as hvd
         import torch
 
-        found.update(nccl_built=bool(hvd.nccl_built()), gloo_built=bool(hvd.gloo_built()),
-                     mpi_built=bool(hvd.mpi_built()), horovod_path=str(Path(hvd.__file__).parent.parent),
-                     cuda_available=torch.cuda.is_available(), torch_cuda=torch.version.cuda,
+        found.update(cuda_available=torch.cuda.is_available(), torch_cuda=torch.version.cuda,
                      gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
+    except Exception as err:
+        found["torch_error"] = f"{type(err).__name__}: {err}"
+    try:
+        import horovod.torch as hvd
+
+        found.update(nccl_built=bool(hvd.nccl_built()), gloo_built=bool(hvd.gloo_built()),
+                     mpi_built=bool(hvd.mpi_built()), horovod_path=str(Path(hvd.__file__).parent.parent))
     except Exception as err:
         modules["horovod"] = ""
         found["error"] = f"{type(err).__name__}: {err}"

@@ -13,7 +13,8 @@
 #             Gloo, all cores; gpu: HOROVOD_GPU_OPERATIONS=NCCL (torch's nvidia-nccl wheel), CUDA
 #             kernels for CUDA_CC (90); into a temporary prefix. cpu: HOROVOD_BUILD=reuse takes the
 #             Horovod already installed instead (the GPU mode always builds).
-#   install   the carried wheels (omegaconf) into the same prefix; what imports, NCCL or not.
+#   install   the carried wheels (omegaconf; cffi, which the build installs first) into the
+#             same prefix; what imports, NCCL or not.
 #   smoke     `hvdcls smoke --backend torch` under horovodrun --gloo, np=1, and one Horovod
 #             all-reduce of a tensor on the device (NCCL in gpu mode).
 #   train     `hvdcls train --backend torch training.device=cuda|cpu` on the digits (>= 0.95).
@@ -27,7 +28,8 @@
 #
 # Settings (environment): MODE=gpu|cpu (default gpu), OUT (default runs/gpu_check), PYTHON
 # (default python3), CARRY (default build/gpu_carry), HOROVOD_BUILD=build|reuse (cpu only),
-# BUDGET_S (seconds for all steps; default 420 gpu, 900 cpu), LOADER_WORKERS (default cores-1),
+# BUDGET_S (seconds for all steps; default 420 gpu, 900 cpu), SKIP_STEPS (e.g. "train pipeline",
+# recorded as skipped; for a device lease with little time left), LOADER_WORKERS (default cores-1),
 # CUDA_CC (default 90: H100/H200), BUILD_TIMEOUT_S (the build step's cap; default 300 gpu,
 # 400 cpu), KEEP_WORK=1 keeps WORK.
 set -uo pipefail
@@ -36,8 +38,10 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 HOROVOD_VERSION=0.28.1
 SDIST_NAME=horovod-$HOROVOD_VERSION.tar.gz
 # The GPU host's Python (KINDS.md: Python 3.12) and what it lacks of hvdcls's needs; PyYAML,
-# cloudpickle, psutil, packaging are there already (its package list).
-CARRY_WHEELS=(omegaconf==2.4.0)
+# cloudpickle, psutil, packaging are there already (its package list). cffi (with pycparser) is
+# not, and Horovod's setup.py asks for it at build time (setup_requires): without it the build
+# tries to fetch it and fails at once on a host with no network (seen on the H200, 2026-12-04).
+CARRY_WHEELS=(omegaconf==2.4.0 cffi==2.1.1 pycparser==3.12)
 
 die() { echo "gpu_check: error: $*" >&2; exit 2; }
 
@@ -76,7 +80,9 @@ if [[ "$HOROVOD_BUILD" == build ]]; then
     [[ -f "$CARRY/$SDIST_NAME" ]] || die "missing $CARRY/$SDIST_NAME: run tools/gpu_check.sh --prepare here first and carry it"
 fi
 if [[ "$MODE" == gpu ]]; then
-    compgen -G "$CARRY/omegaconf-*.whl" > /dev/null || die "missing the omegaconf wheel in $CARRY: run tools/gpu_check.sh --prepare"
+    for name in omegaconf cffi pycparser; do
+        compgen -G "$CARRY/$name-*.whl" > /dev/null || die "missing the $name wheel in $CARRY: run tools/gpu_check.sh --prepare"
+    done
     command -v nvidia-smi > /dev/null && nvidia-smi -L 2> /dev/null | grep -q '^GPU ' \
         || die "MODE=gpu needs an NVIDIA GPU (nvidia-smi -L lists none)"
 fi
@@ -118,6 +124,11 @@ run_step() {
     local name=$1 cap=$2 fn=$3 left limit rc began
     left=$((BUDGET_S - (SECONDS - STARTED)))
     limit=$((cap < left ? cap : left))
+    if [[ " ${SKIP_STEPS:-} " == *" $name "* ]]; then
+        "$PY" "$REPO/tools/gpu_check.py" record "$name" --out "$OUT" --work "$WORK" --mode "$MODE" \
+            --rc 124 --skipped "skipped (SKIP_STEPS)"
+        return
+    fi
     if ((limit < 15)); then
         "$PY" "$REPO/tools/gpu_check.py" record "$name" --out "$OUT" --work "$WORK" --mode "$MODE" \
             --rc 124 --skipped "no time left of BUDGET_S=$BUDGET_S"
@@ -131,8 +142,20 @@ run_step() {
         --rc "$rc" --seconds "$((SECONDS - began))" --log "$WORK/logs/$name.log"
 }
 
+# The carried wheels into PREFIX, before the build: Horovod's setup.py needs cffi to build.
+install_carried() {
+    shopt -s nullglob
+    local wheels=("$CARRY"/*.whl)
+    # The carried binary wheels are for the GPU host's Python (3.12); a CPU host has its own cffi.
+    [[ "$MODE" == cpu ]] && wheels=("$CARRY"/*-none-any.whl)
+    if ((${#wheels[@]})); then
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$PREFIX" "${wheels[@]}"
+    fi
+}
+
 step_build() {
     set -eo pipefail
+    install_carried
     if [[ "$HOROVOD_BUILD" == reuse ]]; then
         "$PY" - <<'EOF'
 import json, os
@@ -144,8 +167,21 @@ EOF
     fi
     local gpu=()
     [[ "$MODE" == gpu ]] && gpu=(--gpu --cuda-cc-list "${CUDA_CC:-90}")
-    "$PY" "$REPO/tools/horovod_wheel.py" --torch-only "${gpu[@]}" --sdist "$CARRY/$SDIST_NAME" \
-        --cache-dir "$WORK/hvd-cache" --print-wheel | tee "$WORK/wheel.txt"
+    # GCC 13 (the GPU host's Ubuntu 24.04) pulls fewer standard headers in through others, and
+    # Horovod 0.28.1 leans on that (group_table.h uses std::string without <string>: seen on the
+    # H200, 2026-12-04). CMake seeds its C++ flags from CXXFLAGS at configure time, so these
+    # reach every C++ compile without patching Horovod's sources.
+    local header
+    for header in cstdint string stdexcept memory vector unordered_map; do
+        CXXFLAGS="${CXXFLAGS:+$CXXFLAGS }-include $header"
+    done
+    export CXXFLAGS
+    if ! "$PY" "$REPO/tools/horovod_wheel.py" --torch-only "${gpu[@]}" --sdist "$CARRY/$SDIST_NAME" \
+        --cache-dir "$WORK/hvd-cache" --print-wheel | tee "$WORK/wheel.txt"; then
+        # The log's tail is pip's traceback; the compiler's own first errors say what broke.
+        grep -h -E 'error:|Error [0-9]|No such file' "$WORK"/hvd-cache/logs/*.log | cut -c1-300 | head -n 18
+        return 1
+    fi
     local wheel
     wheel=$(tail -n 1 "$WORK/wheel.txt")
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$PREFIX" "$wheel"
@@ -162,11 +198,7 @@ EOF
 
 step_install() {
     set -e
-    shopt -s nullglob
-    local wheels=("$CARRY"/*.whl)
-    if ((${#wheels[@]})); then
-        "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$PREFIX" "${wheels[@]}"
-    fi
+    install_carried  # again, in case the build step ran out of time before it
     "$PY" "$REPO/tools/gpu_check.py" imports --out "$WORK/imports.json" --carried "$CARRY"
     cat "$WORK/imports.json"
 }
@@ -204,7 +236,7 @@ step_pipeline() {
     done
 }
 export BUDGET_S HOROVOD_BUILD CUDA_CC=${CUDA_CC:-90}
-export -f step_build step_install step_smoke step_train step_bench step_pipeline
+export -f install_carried step_build step_install step_smoke step_train step_bench step_pipeline
 export BENCH_ARGS="${BENCH[*]}" PIPE_ARGS="${PIPE[*]}" TRAIN_ARGS="${TRAIN_ARGS:-}"
 
 # Caps per step (seconds), also bounded by what is left of BUDGET_S. On the GPU a hung step (an

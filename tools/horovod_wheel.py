@@ -263,6 +263,9 @@ def build_environment(inputs: BuildInputs, cache_dir: Path) -> dict[str, str]:
         "HVDCLS_CXX_STD": inputs.cxx_std,
         # Horovod's setup.py runs make -j8 unless MAKEFLAGS is set; match the machine instead.
         "MAKEFLAGS": f"-j{os.cpu_count() or 2}",
+        # CMake 4 refuses cmake_minimum_required below 3.5, which Horovod's bundled Gloo and
+        # flatbuffers still ask for (2.8.12); older CMakes ignore this variable.
+        "CMAKE_POLICY_VERSION_MINIMUM": "3.5",
     })
     if inputs.cuda_home:
         # A CUDA build of torch makes Horovod's torch part look for the toolkit; without both

@@ -426,6 +426,8 @@ def validate(spec: BenchSpec) -> None:
     for flag, values in counts.items():
         if any(v < 1 for v in values):
             raise UserError(f"{flag} {' '.join(map(str, values))}: must be at least 1")
+    for backend in spec.backends:  # every bench has hvdcls cells: their ranks import the binding
+        registry.require(backend)
     not_negative: dict[str, list] = {"--warmup": [spec.warmup], "--loader-workers": [spec.loader_workers],
                     "--fusion-threshold-mb": [spec.fusion_threshold_mb],
                     "--sweep-fusion-mb": spec.sweep_fusion_mb}

@@ -130,6 +130,17 @@ def test_bad_flags_are_one_line_errors(change, flag):
         bench.validate(bench.BenchSpec(**change))
 
 
+def test_a_backend_without_its_horovod_binding_is_one_line_before_any_launch(monkeypatch):
+    """As on the GPU host whose Horovod did not build: not one traceback per cell."""
+    from hvdcls import registry
+
+    real_find_spec = registry.importlib.util.find_spec
+    monkeypatch.setattr(registry.importlib.util, "find_spec",
+                        lambda name: None if name == "horovod" else real_find_spec(name))
+    with pytest.raises(UserError, match=r"backend 'torch' needs horovod.torch, which is not installed"):
+        bench.validate(bench.BenchSpec(backends=["torch"]))
+
+
 def test_data_is_a_dimension_and_lmdb_has_no_baselines():
     spec = bench.BenchSpec(backends=["torch", "tensorflow"], nps=[1, 2], compressions=["none"],
                            data=["memory", "imagefolder", "lmdb"])

@@ -88,7 +88,7 @@ def test_cpu_mode_does_not_claim_the_a100_target(tmp_path):
      "device all-reduce gave 0.0"),
     ("install", lambda w: write(w / "imports.json", {"modules": {"horovod": ""}, "nccl_built": True,
                                                       "cuda_available": True}), "cannot import horovod"),
-    ("install", lambda w: write(w / "imports.json", {"modules": {}, "nccl_built": False,
+    ("install", lambda w: write(w / "imports.json", {"modules": {"horovod": "0.28.1"}, "nccl_built": False,
                                                       "cuda_available": True}), "without NCCL"),
     ("pipeline", lambda w: (w / "pipeline-torchvision.json").unlink(), "torchvision loader wrote nothing"),
 ])
@@ -101,6 +101,15 @@ def test_a_broken_step_is_reported_not_hidden(tmp_path, step, breakage, problem)
     assert problem in summary["steps"][step]["result"]
     assert f"| {step} | FAILED |" in (tmp_path / "out" / "summary.md").read_text()
     assert [name for name, s in summary["steps"].items() if not s["ok"]] == [step]
+
+
+def test_a_horovod_that_did_not_build_is_the_one_install_problem(tmp_path):
+    """As on the H200 (2026-12-04): no Horovod, yet torch sees the GPU; no NCCL noise."""
+    work = good_work(tmp_path / "work")
+    write(work / "imports.json", {"modules": {"horovod": "", "torch": "2.11.0"}, "cuda_available": True,
+                                  "gpu": "NVIDIA H200", "error": "ModuleNotFoundError: horovod"})
+    found, problems = gc.extract_install(work, "gpu")
+    assert problems == ["cannot import horovod"] and found["gpu"] == "NVIDIA H200"
 
 
 def test_exit_status_and_timeouts_fail_a_step_whatever_it_wrote(tmp_path):
@@ -144,9 +153,13 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, env, args, message):
     assert not (tmp_path / "out").exists()  # nothing was started
 
 
-def test_gpu_mode_needs_the_omegaconf_wheel_too(tmp_path):
+def test_gpu_mode_needs_the_carried_wheels_too(tmp_path):
     carry = tmp_path / "carry"
     carry.mkdir()
     (carry / "horovod-0.28.1.tar.gz").write_bytes(b"")
     result = run_script({"MODE": "gpu", "CARRY": str(carry), "OUT": str(tmp_path / "out")})
     assert result.returncode == 2 and "missing the omegaconf wheel" in result.stderr
+    # and cffi, which Horovod's setup.py needs to build (the H200 has none, and no network)
+    (carry / "omegaconf-2.4.0-py3-none-any.whl").write_bytes(b"")
+    result = run_script({"MODE": "gpu", "CARRY": str(carry), "OUT": str(tmp_path / "out")})
+    assert result.returncode == 2 and "missing the cffi wheel" in result.stderr
