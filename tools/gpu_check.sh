@@ -172,7 +172,8 @@ EOF
     # H200, 2026-12-04). CMake seeds its C++ flags from CXXFLAGS at configure time, so these
     # reach every C++ compile without patching Horovod's sources.
     local header
-    for header in cstdint string stdexcept memory vector unordered_map; do
+    # (GCC 13 porting notes name <string>, <system_error>, <cstdint>, <cstdio>, <cstdlib>.)
+    for header in cstdint cstdio cstdlib string system_error stdexcept memory vector unordered_map; do
         CXXFLAGS="${CXXFLAGS:+$CXXFLAGS }-include $header"
     done
     export CXXFLAGS
