@@ -74,10 +74,17 @@ class ShardedOptimizer:
         return nullcontext()  # step() never reduces: synchronize() did
 
     def _flat_grads(self, bucket: Bucket) -> torch.Tensor:
-        parts = [self.params[i].grad for i in bucket.params]
-        flat = torch.cat([torch.zeros(self.params[i].numel(), device=self.shards[0].device) if g is None
-                          else g.reshape(-1).float() for i, g in zip(bucket.params, parts)])
-        return torch.nn.functional.pad(flat, (0, bucket.padded - bucket.numel))
+        """The bucket's gradients in one padded float32 tensor, each copied once (a cat and then
+        a pad copied the bucket twice)."""
+        flat = torch.empty(bucket.padded, dtype=torch.float32, device=self.shards[0].device)
+        flat[bucket.numel:].zero_()
+        for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes):
+            grad = self.params[i].grad
+            if grad is None:
+                flat[offset:offset + size].zero_()
+            else:
+                flat[offset:offset + size].copy_(grad.reshape(-1))
+        return flat
 
     @torch.no_grad()
     def synchronize(self) -> None:

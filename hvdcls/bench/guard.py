@@ -37,6 +37,17 @@ def own_seconds() -> float:
     return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 
+def process_seconds(pid: int, proc: Path = Path("/proc")) -> float:
+    """CPU seconds of process `pid` and of its reaped descendants (0.0 when it is gone)."""
+    try:
+        text = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return 0.0
+    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) ": state is fields[0]
+    utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
+    return (utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Outside:
     """One guarded stretch: wall seconds, and CPU seconds used outside the bench during it."""

@@ -251,7 +251,8 @@ def run_cell(cell: Cell, spec: BenchSpec, scratch: Path, hosts=None, throttle=No
     slow_rank = spec_slow(spec)
     if throttle is not None and slow_rank is not None:  # the slow rank gets FRACTION of each rank's share
         slow.set_threads(throttle[0], slow_rank.fraction, threads_per_rank(cell.np))
-    with guard.CpuGuard() as watch:
+    ours = guard.own_seconds if hosts is None else lambda: guard.own_seconds() + hosts.cpu_seconds()
+    with guard.CpuGuard(ours=ours) as watch:
         result = launch_group(command(cell, spec, out, hosts, throttle), environment(cell, spec),
                               spec.timeout)
     if result.returncode != 0 or not out.exists():

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from hvdcls.bench import guard
 from hvdcls.errors import UserError
 
 SUBNET = "10.231.0"
@@ -229,6 +230,15 @@ class ShapedHosts:
             delete_namespace(ns)
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds of every process in the namespaces, with what they reaped: the sshds hold
+        the ranks they started (no descendants of the bench's, so the guard adds these)."""
+        total = 0.0
+        for ns in self.namespaces:
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+            total += sum(guard.process_seconds(int(pid)) for pid in pids.split() if pid.isdigit())
+        return total
 
     def exists(self) -> list[str]:
         """The namespaces of ours that still exist (for tests of the tear-down)."""
