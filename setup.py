@@ -47,7 +47,8 @@ setup(
         "sweep": requirements("sweep") + [r for r in requirements("sweep-space") if not r.startswith("hydra-core")],
         "test": requirements("test"),
     },
-    entry_points={"console_scripts": ["hvdcls = hvdcls.cli:main"]},
+    entry_points={"console_scripts": ["hvdcls = hvdcls.cli:main",
+                                      "hvdcls-horovodrun = hvdcls.horovodrun:main"]},
     classifiers=[
         "Programming Language :: Python :: 3.11",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",

@@ -22,6 +22,13 @@ def venv_tool(name: str) -> str:
     return str(candidate) if candidate.exists() else (shutil.which(name) or name)
 
 
+def horovodrun_tool() -> str:
+    """hvdcls-horovodrun (Horovod's launcher without its per-launch build probe: 3 s less per
+    job, hvdcls/horovodrun.py) where hvdcls is installed with its scripts, else horovodrun."""
+    ours = venv_tool("hvdcls-horovodrun")
+    return ours if Path(ours).is_absolute() else venv_tool("horovodrun")
+
+
 def hosts_arg(hosts: dict[str, int]) -> str:
     """{'host1': 4, 'host2': 4} -> 'host1:4,host2:4' (the -H syntax of both launchers)."""
     return ",".join(f"{host}:{slots}" for host, slots in hosts.items())
@@ -31,7 +38,7 @@ def horovodrun(np: int, command: list[str], hosts: dict[str, int] | None = None,
                controller: str = "gloo") -> list[str]:
     """`horovodrun -np N -H h:s,... --gloo|--mpi COMMAND`."""
     hosts = hosts or {"localhost": np}
-    return [venv_tool("horovodrun"), "-np", str(np), "-H", hosts_arg(hosts),
+    return [horovodrun_tool(), "-np", str(np), "-H", hosts_arg(hosts),
             f"--{controller}", *command]
 
 
@@ -49,7 +56,7 @@ def horovodrun_elastic(np: int, min_np: int, max_np: int, discovery_script: str,
     fewer than `min_np` slots stay available for `elastic_timeout` seconds. Name the network
     interface when the job may start on one host: Horovod otherwise waits for a second one
     to agree on an interface with."""
-    cmd = [venv_tool("horovodrun"), "-np", str(np), "--min-np", str(min_np), "--max-np", str(max_np),
+    cmd = [horovodrun_tool(), "-np", str(np), "--min-np", str(min_np), "--max-np", str(max_np),
            "--host-discovery-script", discovery_script, "--elastic-timeout", str(elastic_timeout),
            "--gloo"]
     if cooldown:

@@ -194,7 +194,7 @@ def command(cell: Cell, spec: BenchSpec, out: Path, hosts=None, throttle=None) -
     if cell.np == 1:
         return program
     if hosts is not None:  # one rank per namespace "host", every byte over the shaped link
-        return hosts.horovodrun(cell.np, program, launch.venv_tool("horovodrun"))
+        return hosts.horovodrun(cell.np, program, launch.horovodrun_tool())
     return launch.horovodrun(cell.np, program)
 
 
@@ -390,7 +390,7 @@ def sweep_once(spec: BenchSpec, hosts, scratch: Path, fusion_mb: float, cycle_ms
                "--out", str(out)] + ([] if message_sizes else ["--sizes-mb"])
     env = environment(Cell("raw-horovod", "torch", 2, "none", 0, ""),
                       replace(spec, fusion_threshold_mb=fusion_mb, cycle_time_ms=cycle_ms))
-    result = launch_group(hosts.horovodrun(2, program, launch.venv_tool("horovodrun")), env, spec.timeout)
+    result = launch_group(hosts.horovodrun(2, program, launch.horovodrun_tool()), env, spec.timeout)
     if result.returncode != 0 or not out.exists():
         return {"error": " | ".join((result.stdout + result.stderr).strip().splitlines()[-5:])}
     return json.loads(out.read_text())

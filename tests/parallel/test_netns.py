@@ -32,7 +32,7 @@ def test_an_allreduce_crosses_the_shaped_link_and_everything_is_removed():
         for index in (0, 1):
             shaping = qdiscs(hosts, index)
             assert "tbf" in shaping and "200Mbit" in shaping, shaping
-        result = subprocess.run(hosts.horovodrun(2, [sys.executable, "-c", SUM], launch.venv_tool("horovodrun")),
+        result = subprocess.run(hosts.horovodrun(2, [sys.executable, "-c", SUM], launch.horovodrun_tool()),
                                 env=launch.single_host_env(), capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
         assert result.stdout.count("sum [3.0, 3.0, 3.0]") == 2, result.stdout[-2000:]

@@ -1,0 +1,118 @@
+"""`hvdcls-horovodrun`: Horovod's `horovodrun`, without asking the build the same question each launch.
+
+Before every launch, horovodrun asks whether Horovod was built with Gloo (and, without --gloo,
+with MPI) by forking a process that imports `horovod.tensorflow`: TensorFlow and all, for an
+answer that changes only when Horovod is reinstalled. On this 2-core machine that is most of a
+launch: a no-op job (`-np 1 ... true`) took 3.4-3.7 s under horovodrun and 0.33 s here, and
+every job hvdcls starts (the service's, the bench's, the demo's) pays it.
+
+Here the answer is asked once per installed Horovod binary, through the lighter torch binding
+where there is one (`hvd.gloo_built()`, `hvd.mpi_built()`: Horovod's public calls), kept in the
+user's cache directory under a key made of the extension libraries' paths, sizes and
+modification times (a rebuilt or reinstalled Horovod asks again), and handed to Horovod's own
+launcher, which does everything else unchanged: the same arguments, Gloo, MPI, elastic mode.
+Where no binding answers, Horovod's own probes run as they would under horovodrun.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from importlib import util
+from pathlib import Path
+
+CONTROLLERS = ("gloo", "mpi")
+# Cheapest import first: torch's binding loads in about 2 s here, TensorFlow's in 3.5.
+BINDINGS = ("torch", "tensorflow")
+PROBE = ("import horovod.{binding} as hvd, json; "
+         "print(json.dumps({{'gloo': bool(hvd.gloo_built()), 'mpi': bool(hvd.mpi_built())}}))")
+
+
+def horovod_dir() -> Path | None:
+    spec = util.find_spec("horovod")
+    return Path(spec.origin).parent if spec and spec.origin else None
+
+
+def extension_libraries(package: Path) -> list[Path]:
+    """The compiled bindings (horovod/torch/mpi_lib_v2*.so, horovod/tensorflow/mpi_lib*.so)."""
+    return sorted(path for binding in BINDINGS for path in (package / binding).glob("mpi_lib*.so"))
+
+
+def build_key(libraries: list[Path]) -> str:
+    """Changes whenever a library is rebuilt or reinstalled (its size or mtime moves)."""
+    digest = hashlib.sha256()
+    for library in libraries:
+        stat = library.stat()
+        digest.update(f"{library}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:20]
+
+
+def cache_file(key: str) -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "hvdcls" / f"horovod-controllers-{key}.json"
+
+
+def probe(package: Path) -> dict[str, bool] | None:
+    """What the first binding that imports says it was built with; None when none does."""
+    for binding in BINDINGS:
+        if not list((package / binding).glob("mpi_lib*.so")):
+            continue
+        result = subprocess.run([sys.executable, "-c", PROBE.format(binding=binding)],
+                                capture_output=True, text=True, check=False)
+        if result.returncode == 0:
+            facts = json.loads(result.stdout.strip().splitlines()[-1])
+            return {name: bool(facts[name]) for name in CONTROLLERS}
+    return None
+
+
+def read_cached(path: Path) -> dict[str, bool] | None:
+    try:
+        facts = json.loads(path.read_text())
+        return {name: bool(facts[name]) for name in CONTROLLERS}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_cached(path: Path, facts: dict[str, bool]) -> None:
+    """Atomically (a temporary name, renamed); a cache that cannot be written is no error."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        temporary.write_text(json.dumps(facts))
+        temporary.replace(path)
+    except OSError:
+        pass
+
+
+def controllers_built() -> dict[str, bool] | None:
+    """{'gloo': ..., 'mpi': ...} for the installed Horovod, from the cache or asked once."""
+    package = horovod_dir()
+    libraries = extension_libraries(package) if package else []
+    if package is None or not libraries:
+        return None
+    path = cache_file(build_key(libraries))
+    facts = read_cached(path)
+    if facts is None:
+        facts = probe(package)
+        if facts is not None:
+            write_cached(path, facts)
+    return facts
+
+
+def main() -> None:
+    from horovod.runner import launch as horovod_launch
+
+    facts = controllers_built()
+    if facts is not None:
+        # launch.py imported these two names from horovod.common.util; its run_controller and
+        # its elastic path look them up there at call time.
+        horovod_launch.gloo_built = lambda verbose=False: facts["gloo"]
+        horovod_launch.mpi_built = lambda verbose=False: facts["mpi"]
+    sys.argv[0] = "horovodrun"  # Horovod's usage and error lines name the command users know
+    sys.exit(horovod_launch.run_commandline())
+
+
+if __name__ == "__main__":
+    main()
