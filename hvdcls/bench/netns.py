@@ -82,6 +82,24 @@ def own_hostname(address: str) -> list[str]:
     return ["unshare", "--uts", "sh", "-c", f'hostname {address} && exec "$@"', "own-hostname"]
 
 
+def all_or_first_failure(commands: list[list[str]]) -> str:
+    """A bash script that starts every command at once and ends with status 0 once all have
+    succeeded, or with the first failure's status after stopping the others.
+
+    It polls each child by its pid rather than `wait -n`: a child that has ended before
+    `wait -n` is called may already count as waited for, and `wait -n` then answers 127 (no
+    child) for a job that succeeded. That failed the 100 Mbit/s DDP cells on 2026-12-04, at
+    random. `wait PID` still reports a reaped child's status (bash keeps it)."""
+    started = " ".join(f"{shlex.join(cmd)} & pids+=($!);" for cmd in commands)
+    return (f"pids=(); {started} left=(\"${{pids[@]}}\"); "
+            "while [ ${#left[@]} -gt 0 ]; do running=(); "
+            "for pid in \"${left[@]}\"; do "
+            "if kill -0 \"$pid\" 2>/dev/null; then running+=(\"$pid\"); continue; fi; "
+            "wait \"$pid\"; status=$?; "
+            "if [ $status -ne 0 ]; then kill \"${pids[@]}\" 2>/dev/null; exit $status; fi; "
+            "done; left=(\"${running[@]}\"); [ ${#left[@]} -gt 0 ] && sleep 0.1; done; exit 0")
+
+
 def delete_namespace(namespace: str) -> None:
     """Kill what still runs inside (ranks started over ssh outlive a killed launcher), then
     delete it; that deletes the veth end inside it, and with it the peer."""
@@ -210,12 +228,9 @@ class ShapedHosts:
         """One command that runs commands[i] on host i (in its namespace, under its own host
         name), all at once, for launchers without ssh (torchrun's nodes); the first to fail
         stops the others and its status is the command's."""
-        started = " ".join(
-            shlex.join(["ip", "netns", "exec", ns, *own_hostname(address), *cmd]) + " &"
-            for ns, address, cmd in zip(self.namespaces, self.addresses, commands))
-        each = " ".join("x" * len(commands))
-        return ["bash", "-c", f"{started} for _ in {each}; do wait -n || "
-                "{ status=$?; kill $(jobs -p) 2>/dev/null; exit $status; }; done"]
+        return ["bash", "-c", all_or_first_failure(
+            [["ip", "netns", "exec", ns, *own_hostname(address), *cmd]
+             for ns, address, cmd in zip(self.namespaces, self.addresses, commands)])]
 
     def close(self) -> None:
         for sshd in self.sshds:

@@ -1,7 +1,8 @@
 """hvdcls.bench.matrix's pure parts: the matrix, the summary of a cell and the ratios between runners."""
 import pytest
 
-from hvdcls.bench import matrix as bench, report as bench_report
+from hvdcls.bench import matrix as bench
+from hvdcls.bench import report as bench_report
 from hvdcls.errors import UserError
 
 
@@ -250,9 +251,29 @@ def test_peers_launch_on_this_machine_or_one_node_per_namespace_host(tmp_path):
         assert f"ip netns exec {ns}" in script and f"hostname {address}" in script
         assert f"--node-rank={rank}" in script
     assert script.count(f"--master-addr={hosts.addresses[0]}") == 2
-    assert script.count("GLOO_SOCKET_IFNAME=hvd0") == 2 and "wait -n" in script
+    assert script.count("GLOO_SOCKET_IFNAME=hvd0") == 2 and "pids+=($!)" in script
     alone = bench.command(bench.Cell("ddp", "torch", 1, "none", 16, "m"), spec, out, hosts)
     assert "--standalone" in alone  # np=1 stays on the machine
+
+
+def test_all_or_first_failure_in_a_real_bash():
+    """The shaped-link DDP cells' wrapper: 0 once all succeed, even when one ended long before
+    the others (where `wait -n` answered 127 at random), else the first failure's status with
+    the others stopped."""
+    import subprocess
+    import time
+
+    from hvdcls.bench.netns import all_or_first_failure
+
+    def status(*commands):
+        started = time.monotonic()
+        done = subprocess.run(["bash", "-c", all_or_first_failure(list(commands))], timeout=20)
+        return done.returncode, time.monotonic() - started
+
+    assert status(["true"], ["sleep", "0.3"])[0] == 0
+    assert status(["sleep", "0.2"], ["true"], ["echo", "a b"])[0] == 0
+    code, seconds = status(["bash", "-c", "sleep 0.2; exit 3"], ["sleep", "30"])
+    assert code == 3 and seconds < 10  # the sleeper was stopped, not waited for
 
 
 def test_best_compression_of_each_stack_and_the_one_bucket_note():
