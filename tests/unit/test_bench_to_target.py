@@ -104,7 +104,7 @@ def test_a_cell_is_hvdcls_train_with_the_stop_at_the_target(tmp_path):
     assert cmd[cmd.index("--epochs") + 1] == "7" and cmd[cmd.index("--lr") + 1] == "0.2"
     assert "optimizer.name=adamw" in cmd and cmd[cmd.index("--output-dir") + 1] == str(tmp_path)
     two = accuracy.train_command(accuracy.Cell("torch", 2, 16), spec(), tmp_path)
-    assert Path(two[0]).name == "horovodrun" and two[1:3] == ["-np", "2"] and "--lr" not in two
+    assert Path(two[0]).name == "hvdcls-horovodrun" and two[1:3] == ["-np", "2"] and "--lr" not in two
 
 
 @pytest.mark.parametrize("target", ["0", "1.5", "-0.1", "nan"])
