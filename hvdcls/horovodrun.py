@@ -23,6 +23,8 @@ import sys
 from importlib import util
 from pathlib import Path
 
+from hvdcls import fileio
+
 CONTROLLERS = ("gloo", "mpi")
 # Cheapest import first: torch's binding loads in about 2 s here, TensorFlow's in 3.5.
 BINDINGS = ("torch", "tensorflow")
@@ -54,11 +56,10 @@ def cache_file(key: str) -> Path:
     return base / "hvdcls" / f"horovod-controllers-{key}.json"
 
 
-def probe(package: Path) -> dict[str, bool] | None:
+def probe(libraries: list[Path]) -> dict[str, bool] | None:
     """What the first binding that imports says it was built with; None when none does."""
-    for binding in BINDINGS:
-        if not list((package / binding).glob("mpi_lib*.so")):
-            continue
+    built = {library.parent.name for library in libraries}
+    for binding in (name for name in BINDINGS if name in built):
         result = subprocess.run([sys.executable, "-c", PROBE.format(binding=binding)],
                                 capture_output=True, text=True, check=False)
         if result.returncode == 0:
@@ -76,12 +77,9 @@ def read_cached(path: Path) -> dict[str, bool] | None:
 
 
 def write_cached(path: Path, facts: dict[str, bool]) -> None:
-    """Atomically (a temporary name, renamed); a cache that cannot be written is no error."""
+    """Atomically (fileio's temporary name, renamed); a cache that cannot be written is no error."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}")
-        temporary.write_text(json.dumps(facts))
-        temporary.replace(path)
+        fileio.write_json_atomic(path, facts)
     except OSError:
         pass
 
@@ -95,7 +93,7 @@ def controllers_built() -> dict[str, bool] | None:
     path = cache_file(build_key(libraries))
     facts = read_cached(path)
     if facts is None:
-        facts = probe(package)
+        facts = probe(libraries)
         if facts is not None:
             write_cached(path, facts)
     return facts

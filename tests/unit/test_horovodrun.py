@@ -29,9 +29,10 @@ def test_probed_once_then_read_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(horovodrun, "horovod_dir", lambda: package)
     asked = []
     monkeypatch.setattr(horovodrun, "probe", lambda found: asked.append(found) or {"gloo": True, "mpi": False})
+    libraries = horovodrun.extension_libraries(package)
     assert horovodrun.controllers_built() == {"gloo": True, "mpi": False}
     assert horovodrun.controllers_built() == {"gloo": True, "mpi": False}
-    assert asked == [package]
+    assert asked == [libraries]
     written = list((tmp_path / "cache" / "hvdcls").iterdir())
     assert len(written) == 1 and not written[0].name.startswith(".")  # no temporary left
     written[0].write_text("{torn")  # a damaged cache is asked again, not trusted
@@ -46,7 +47,7 @@ def test_no_answer_without_a_binding(tmp_path, monkeypatch):
 def test_the_real_probe_answers_for_the_installed_horovod():
     package = horovodrun.horovod_dir()
     assert package is not None
-    assert horovodrun.probe(package) == {"gloo": True, "mpi": True}
+    assert horovodrun.probe(horovodrun.extension_libraries(package)) == {"gloo": True, "mpi": True}
 
 
 def test_launch_names_our_launcher_where_it_is_installed():
