@@ -42,11 +42,24 @@ def launch(*args: str, std: str = "20") -> list[str]:
     return out.stdout.split()
 
 
+AVX = "-DGLOO_USE_AVX=1"  # every compile: gloo/math.h declares Gloo's F16C float16 sums
+
+
 def test_launcher_lifts_only_cxx14():
-    assert launch("-O3", "-std=gnu++14", "-c", "a.cc") == ["-O3", "-std=gnu++20", "-c", "a.cc"]
-    assert launch("-std=c++14", "x y.cc") == ["-std=c++20", "x", "y.cc"]
-    assert launch("-std=gnu++17", "-c", "tf.cc") == ["-std=gnu++17", "-c", "tf.cc"]
-    assert launch("-std=gnu++14", std="17") == ["-std=gnu++17"]
+    assert launch("-O3", "-std=gnu++14", "-c", "a.cc") == [AVX, "-O3", "-std=gnu++20", "-c", "a.cc"]
+    assert launch("-std=c++14", "x y.cc") == [AVX, "-std=c++20", "x", "y.cc"]
+    assert launch("-std=gnu++17", "-c", "tf.cc") == [AVX, "-std=gnu++17", "-c", "tf.cc"]
+    assert launch("-std=gnu++14", std="17") == [AVX, "-std=gnu++17"]
+
+
+def test_launcher_compiles_gloo_math_into_types_cc():
+    """Gloo's CMake never compiles math.cc (the F16C sums): each Gloo library's types.cc takes it."""
+    for lib in ("gloo", "compatible_gloo", "compatible17_gloo"):
+        source = f"/b/third_party/{lib}/gloo/types.cc"
+        assert launch("-std=gnu++17", "-c", source) == [
+            AVX, "-include", f"/b/third_party/{lib}/gloo/math.cc", "-std=gnu++17", "-c", source]
+    assert "-include" not in launch("-c", "/b/third_party/gloo/gloo/allreduce.cc")
+    assert "-include" not in launch("-c", "/b/horovod/common/ops/gloo_operations.cc")
 
 
 def test_launcher_refuses_to_guess_the_standard():
@@ -66,6 +79,20 @@ def test_launcher_really_compiles_cxx20_code_asked_as_cxx14(tmp_path):
     assert plain.returncode != 0  # without the launcher it cannot build
     subprocess.run(cmd, check=True, env={"HVDCLS_CXX_STD": "20", "PATH": "/usr/bin:/bin"})
     assert subprocess.run([str(tmp_path / "a.out")]).returncode == 0
+
+
+@pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nm") is None, reason="needs g++ and nm")
+def test_launcher_really_defines_the_avx_sums_in_types_object(tmp_path):
+    """What Gloo's CMake compiles (types.cc) must come out holding math.cc's GLOO_USE_AVX code."""
+    gloo = tmp_path / "third_party" / "gloo" / "gloo"
+    gloo.mkdir(parents=True)
+    (gloo / "types.cc").write_text("int gloo_types_marker() { return 1; }\n")
+    (gloo / "math.cc").write_text("#if GLOO_USE_AVX\nint gloo_f16c_sum() { return 2; }\n#endif\n")
+    obj = tmp_path / "types.o"
+    subprocess.run(["sh", LAUNCHER, "g++", "-c", str(gloo / "types.cc"), "-o", str(obj)], check=True,
+                   env={"HVDCLS_CXX_STD": "20", "PATH": "/usr/bin:/bin"})
+    symbols = subprocess.run(["nm", "-C", str(obj)], capture_output=True, text=True, check=True).stdout
+    assert "gloo_types_marker()" in symbols and "gloo_f16c_sum()" in symbols
 
 
 def inputs(**changes) -> hw.BuildInputs:
