@@ -91,18 +91,22 @@ def test_the_guard_counts_what_others_used(tmp_path):
     assert flagged["busy"] and flagged["outside_cpu_share"] == 0.3
 
 
-def test_a_process_s_seconds_include_what_it_reaped(tmp_path):
-    """/proc/PID/stat's utime, stime, cutime, cstime (fields 14-17; a comm may hold spaces and
-    parentheses): what the guard adds for ranks started over ssh in the link's namespaces."""
-    import os
+def test_a_process_s_seconds_include_what_it_reaped():
+    """What the guard adds for ranks started over ssh in the link's namespaces: the sshd's own
+    CPU and its reaped children's. A shell that reaped a child which burned ~0.4 s counts it."""
+    import subprocess
+    import sys
 
-    tick = os.sysconf("SC_CLK_TCK")
-    (tmp_path / "7").mkdir()
-    rest = " ".join(["S", *["0"] * 10, str(3 * tick), str(tick), str(5 * tick), str(tick), "20", "0"])
-    (tmp_path / "7" / "stat").write_text(f"7 (sshd: a (b)) {rest}\n")
-    assert guard.process_seconds(7, tmp_path) == 10.0
-    assert guard.process_seconds(8, tmp_path) == 0.0  # gone: nothing to add
-    assert guard.process_seconds(os.getpid()) > 0.0  # the real /proc
+    burn = "import time; t = time.process_time(); exec('while time.process_time() - t < 0.4: pass')"
+    shell = subprocess.Popen(["sh", "-c", f'"{sys.executable}" -c "{burn}"; echo reaped; sleep 30'],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert shell.stdout is not None and shell.stdout.readline().strip() == "reaped"
+        assert guard.process_seconds(shell.pid) >= 0.35
+    finally:
+        shell.kill()
+        shell.wait()
+    assert guard.process_seconds(shell.pid) == 0.0  # gone: nothing to add
 
 
 def test_the_table_flags_a_busy_cell_and_shows_the_plan():
