@@ -33,6 +33,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from hvdcls import fileio
 from hvdcls.errors import UserError
 from hvdcls.zero import Bucket, fill_from, find_shards, plan, shard_file_name
 
@@ -165,13 +166,15 @@ class ShardedOptimizer:
 
     def write_shard(self, directory: Path) -> None:
         """This rank's slices (the local optimizer's variables) to its file in `directory`."""
-        arrays = {f"scalar/{i}": v.numpy() for i, v in enumerate(self.local.variables[:self.scalars])}
-        arrays.update({f"slot/{b}/{k}": self.slot(b, k).numpy()
+        arrays: dict[str, np.ndarray | Callable[[], np.ndarray]] = {
+            "numels": np.array([b.numel for b in self.buckets], np.int64)}
+        arrays.update({f"scalar/{i}": v.numpy for i, v in enumerate(self.local.variables[:self.scalars])})
+        arrays.update({f"slot/{b}/{k}": self.slot(b, k).numpy  # one host copy at a time
                        for b in range(len(self.buckets)) for k in range(len(self.kinds))})
         final = directory / shard_file_name(self.rank, self.size, SHARD_SUFFIX)
         tmp = final.with_name(f".{final.name}.tmp")
         with open(tmp, "wb") as handle:
-            np.savez(handle, numels=np.array([b.numel for b in self.buckets], np.int64), **arrays)
+            fileio.savez_one_at_a_time(handle, arrays)
         os.replace(tmp, final)
         self.in_files = True  # rank 0's save() says so in the checkpoint
 

@@ -3,7 +3,10 @@ without zero=2 + activation checkpointing. Each run: a 2-rank hvdcls train over 
 ImageFolder (one step an epoch at batch 2 per rank), one epoch; a sampler records the ranks'
 summed RSS every 0.2 s and the machine's lowest MemAvailable. The run is held in a memory
 cgroup a little under the machine's memory, so an over-size model is killed there, not the
-machine's other processes."""
+machine's other processes.
+
+2026-12-04 (../2026-12-04-vit-memory): the TensorFlow rows added, run as
+`VIT_ROOT=/work/runs/vit VIT_LAUNCHER=hvdcls-horovodrun python vit_mem.py l16-z2c tf-l16-z0 tf-h14-z2c`."""
 import json
 import os
 import subprocess
@@ -15,7 +18,7 @@ import numpy as np
 import psutil
 from PIL import Image
 
-ROOT = Path("/work/runs28/vit")
+ROOT = Path(os.environ.get("VIT_ROOT", "/work/runs28/vit"))
 DATA = ROOT / "data"
 CG = Path("/sys/fs/cgroup/memory/vitprobe")
 
@@ -46,7 +49,8 @@ def run(name, model, size, patch, zero, ckpt, backend="torch"):
     limit = int(os.environ.get("VIT_LIMIT_BYTES") or psutil.virtual_memory().total - int(1.5 * 2**30))
     CG.mkdir(exist_ok=True)
     (CG / "memory.limit_in_bytes").write_text(str(limit))
-    cmd = ["horovodrun", "--gloo", "-np", "2", "-H", "localhost:2", "hvdcls", "train", "--backend", backend,
+    launcher = os.environ.get("VIT_LAUNCHER", "horovodrun")
+    cmd = [launcher, "--gloo", "-np", "2", "-H", "localhost:2", "hvdcls", "train", "--backend", backend,
            "--data", str(data), "--model", model, "--epochs", "1", "-b", "2", "--lr", "0.001", "--quiet",
            "--output-dir", str(out), "optimizer.name=adamw", f"data.image_size={size}",
            f"model.patch_size={patch}", f"training.zero={zero}",
@@ -91,6 +95,8 @@ if __name__ == "__main__":
         "h14-z2c": ("vit_h_14", 224, 14, 2, True),
         "l16-z2c": ("vit_l_16", 224, 16, 2, True),
         "tiny": ("vit_b_16", 32, 8, 2, True),
+        "tf-l16-z0": ("vit_l_16", 224, 16, 0, False, "tensorflow"),  # 2026-12-04
+        "tf-h14-z2c": ("vit_h_14", 224, 14, 2, True, "tensorflow"),
     }
     for name in sys.argv[1:]:
         run(name, *plan[name])
