@@ -58,4 +58,3 @@ def savez_one_at_a_time(handle: BinaryIO, arrays: Mapping[str, "np.ndarray | Cal
             with archive.open(f"{name}.npy", mode="w", force_zip64=True) as member:
                 np.lib.format.write_array(member, np.asanyarray(make() if callable(make) else make),
                                           allow_pickle=False)
-
