@@ -4,11 +4,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Callable, Mapping
 
-if TYPE_CHECKING:  # numpy is imported where it is used: hvdcls-horovodrun starts without it
+if TYPE_CHECKING:  # numpy and zipfile are imported where used: hvdcls-horovodrun starts without them
     import numpy as np
 
 
@@ -51,6 +50,8 @@ def savez_one_at_a_time(handle: BinaryIO, arrays: Mapping[str, "np.ndarray | Cal
     `.numpy`) is made, written and dropped before the next is made: savez takes them all at
     once, so a checkpoint of a model's variables held a host copy of every one of them (2.5 GB
     for ViT-H/14) on top of the model while it wrote."""
+    import zipfile
+
     import numpy as np
 
     with zipfile.ZipFile(handle, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
