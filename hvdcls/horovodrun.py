@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from importlib import util
 from pathlib import Path
 
 from hvdcls import fileio
+from hvdcls.cache import cache_dir
 
 CONTROLLERS = ("gloo", "mpi")
 # Cheapest import first: torch's binding loads in about 2 s here, TensorFlow's in 3.5.
@@ -52,8 +52,7 @@ def build_key(libraries: list[Path]) -> str:
 
 
 def cache_file(key: str) -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "hvdcls" / f"horovod-controllers-{key}.json"
+    return cache_dir() / f"horovod-controllers-{key}.json"
 
 
 def probe(libraries: list[Path]) -> dict[str, bool] | None:

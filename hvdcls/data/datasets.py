@@ -5,27 +5,80 @@ line, on a path that cannot be trained on. The sources themselves are hvdcls.dat
 """
 from __future__ import annotations
 
+import io
+import zipfile
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
+from hvdcls.cache import cache_dir
 from hvdcls.config import Config
 from hvdcls.data import lmdb_store, presets
 from hvdcls.data.bad_files import BadFileLog, CheckedSource
 from hvdcls.data.sources import ArraySource, Data, FileSource, SyntheticSource, imagefolder_splits, split_source
 from hvdcls.errors import UserError
+from hvdcls.fileio import write_atomic
 
 
 def digits(config: Config) -> Data:
     """scikit-learn's 1,797 real handwritten digits (8x8, 16 grey levels), shipped with it."""
+    images, labels = digits_arrays()
+    train, val = split_source(ArraySource(images, labels), config.data.val_fraction, config.training.seed)
+    return Data("digits", train, val, [str(d) for d in range(10)],
+                {"source": "sklearn.datasets.load_digits", "train": len(train), "val": len(val)})
+
+
+DIGITS_SHAPE = (1797, 8, 8)
+
+
+def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """The digits as uint8 pixels (0-255) and int64 labels, from the user's cache where an
+    earlier run left them: importing scikit-learn costs every rank about 1.2 s of CPU (scipy,
+    pandas) on the 2-core test machine, a fifth of a digits run to 0.9. Keyed by
+    scikit-learn's version; a missing, damaged or unwritable cache only costs that import."""
+    path = digits_cache_file()
+    cached = read_digits_cache(path) if path else None
+    if cached is not None:
+        return cached
     from sklearn.datasets import load_digits  # imported here: it is slow and only digits needs it
 
     bunch = load_digits()
-    images = np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8)
-    train, val = split_source(ArraySource(images, bunch.target.astype(np.int64)),
-                              config.data.val_fraction, config.training.seed)
-    return Data("digits", train, val, [str(d) for d in range(10)],
-                {"source": "sklearn.datasets.load_digits", "train": len(train), "val": len(val)})
+    arrays = (np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8), bunch.target.astype(np.int64))
+    if path:
+        write_digits_cache(path, *arrays)
+    return arrays
+
+
+def digits_cache_file() -> Optional[Path]:
+    from importlib import metadata
+
+    try:
+        version = metadata.version("scikit-learn")
+    except metadata.PackageNotFoundError:
+        return None  # the import below says what is missing
+    return cache_dir() / f"digits-sklearn-{version}.npz"
+
+
+def read_digits_cache(path: Path) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    try:
+        with np.load(path) as saved:
+            images, labels = saved["images"], saved["labels"]
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    if images.shape != DIGITS_SHAPE or images.dtype != np.uint8 or labels.shape != DIGITS_SHAPE[:1] \
+            or labels.dtype != np.int64:
+        return None
+    return images, labels
+
+
+def write_digits_cache(path: Path, images: np.ndarray, labels: np.ndarray) -> None:
+    buffer = io.BytesIO()
+    np.savez(buffer, images=images, labels=labels)
+    try:
+        write_atomic(path, buffer.getvalue())  # ranks writing at once each rename a whole file
+    except OSError:
+        pass  # a read-only home: the next run imports scikit-learn again
 
 
 def synthetic(config: Config) -> Data:
@@ -69,11 +122,16 @@ def open_data(config: Config) -> Data:
     return data
 
 
-def _open_format(config: Config) -> Data:
+def format_name(config: Config) -> str:
+    """data.name, with `auto` resolved from data.path (none: the digits)."""
     name: str = config.data.name
-    path = config.data.path
     if name == "auto":
-        name = detect_format(Path(path)) if path else "digits"
+        return detect_format(Path(config.data.path)) if config.data.path else "digits"
+    return name
+
+
+def _open_format(config: Config) -> Data:
+    name, path = format_name(config), config.data.path
     if name == "digits":
         return digits(config)
     if name == "synthetic":

@@ -299,3 +299,31 @@ def test_lmdb_readable_in_a_forked_worker_after_the_parent_read(tmp_path):
 
 def _read_train_image(data, index):
     return data.train.image(index).tobytes()
+
+
+def test_digits_cached_after_the_first_load(tmp_path, monkeypatch):
+    """The first load writes the user's cache; a new process then reads the same pixels
+    without importing scikit-learn; a damaged cache is loaded afresh and rewritten."""
+    import os
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    from hvdcls.data import datasets
+
+    monkeypatch.setenv("HVDCLS_CACHE", str(tmp_path))
+    images, labels = datasets.digits_arrays()
+    bunch = load_digits()
+    assert np.array_equal(images, np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8))
+    assert np.array_equal(labels, bunch.target) and labels.dtype == np.int64
+    (cached,) = tmp_path.glob("digits-sklearn-*.npz")
+    probe = ("import sys, numpy as np\nfrom hvdcls.data import datasets\n"
+             "images, labels = datasets.digits_arrays()\n"
+             "print('sklearn' in sys.modules, int(images.astype(np.int64).sum()), int(labels.sum()))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env={**os.environ, "HVDCLS_CACHE": str(tmp_path)}).stdout.split()
+    assert out == ["False", str(int(images.astype(np.int64).sum())), str(int(labels.sum()))]
+    cached.write_bytes(cached.read_bytes()[:100])  # torn
+    assert np.array_equal(datasets.digits_arrays()[0], images)
+    assert datasets.read_digits_cache(cached) is not None  # rewritten whole

@@ -25,6 +25,7 @@ def test_the_key_moves_when_a_binding_is_rebuilt(tmp_path):
 
 def test_probed_once_then_read_from_the_cache(tmp_path, monkeypatch):
     package = fake_horovod(tmp_path)
+    monkeypatch.delenv("HVDCLS_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(horovodrun, "horovod_dir", lambda: package)
     asked = []
