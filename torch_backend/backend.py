@@ -11,6 +11,7 @@ import dataclasses
 import pickle
 import time
 from contextlib import contextmanager, nullcontext
+from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,7 +19,6 @@ import horovod.torch as hvd
 import numpy as np
 import torch
 import torch.nn.functional as F
-import torchvision
 
 from hvdcls import powersgd
 from hvdcls.backend import Sums, add
@@ -85,7 +85,7 @@ class TorchBackend(HorovodBackend):
     ema: Optional[dict[str, torch.Tensor]]
 
     def __init__(self):
-        super().__init__(hvd, {"torch": torch.__version__, "torchvision": torchvision.__version__})
+        super().__init__(hvd, {"torch": torch.__version__, "torchvision": installed_version("torchvision")})
 
     def setup(self, config: Config, local_rank: int, threads: int) -> torch.device:
         torch.set_num_threads(threads)

@@ -1,12 +1,13 @@
 """Models for the PyTorch backend: compact_cnn (see hvdcls/models.py), the ViTs of
-hvdcls.models.VIT (torch_backend/vit.py), or torchvision by name.
+hvdcls.models.VIT (torch_backend/vit.py), or torchvision by name. torchvision is imported only
+for the models it builds: it costs every rank about 0.1 s of start-up, which compact_cnn's
+runs to a target accuracy need not pay.
 
 Mirror: tf_backend/models.py.
 """
 from __future__ import annotations
 
 import torch
-import torchvision
 from torch import nn
 
 from hvdcls.errors import UserError
@@ -34,6 +35,8 @@ def compact_cnn(num_classes: int) -> nn.Module:
 
 def torchvision_names() -> dict[str, str]:
     """Classification models torchvision builds by name, keyed by normalised name."""
+    import torchvision
+
     return {normalise_name(n): n for n in torchvision.models.list_models(module=torchvision.models)}
 
 
@@ -46,6 +49,8 @@ def build_model(name: str, num_classes: int, image_size: int = 224,
     vit = vit_spec(name)
     if vit is not None:
         return vision_transformer(vit, num_classes, image_size, patch_size)
+    import torchvision
+
     known = torchvision_names()
     if normalise_name(name) not in known:
         raise UserError(f"unknown model {name!r} for the torch backend: use {COMPACT_CNN}, a ViT "

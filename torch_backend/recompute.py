@@ -15,8 +15,6 @@ from contextlib import contextmanager, nullcontext
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from torchvision.models import ResNet
-from torchvision.models.vision_transformer import VisionTransformer
 
 from hvdcls.errors import UserError
 
@@ -64,6 +62,9 @@ class CheckpointedStage(nn.Sequential):
 def enable(model: nn.Module, name: str) -> nn.Module:
     """Checkpoint `model` in place (and return it); a model without segments we know is a
     one-line UserError."""
+    from torchvision.models import ResNet  # here: torchvision costs every rank ~0.1 s to import
+    from torchvision.models.vision_transformer import VisionTransformer
+
     if isinstance(model, VisionTransformer):
         model.encoder.layers = CheckpointedBlocks(OrderedDict(model.encoder.layers.named_children()))
     elif isinstance(model, ResNet):
