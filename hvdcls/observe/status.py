@@ -3,9 +3,11 @@ progress, the last epoch's metrics, the world, the metrics endpoint.
 
 Every phase change, the run's start in each world and each epoch's end are written at once;
 steps at most every WRITE_INTERVAL_SECONDS. One write is a small JSON file written to a
-temporary name, fsync'd and renamed (hvdcls.fileio): milliseconds (6 ms measured on this
-project's loaded test machine's local disk), more on a network file system where a run
-directory often lives, and a step can take far less, so
+temporary name and renamed (hvdcls.fileio), so a reader never sees it torn; only the last one
+(done, failed) is fsync'd, as the next write replaces any other within a second and an fsync
+costs milliseconds (3-6 ms on this project's test machines' local disks, more on a network
+file system where a run directory often lives: 3-4 writes an epoch of the digits at np=2, a
+few percent of an epoch that takes under a second). A step can take far less, so
 writing every step could cost a fast run a visible share of its time. Once a second keeps
 what a reader sees at most a second behind the run, which is finer than anything that reads
 it needs (hang limits are minutes, a progress display a second). A step between writes is
@@ -31,11 +33,16 @@ from hvdcls.status_file import RunStatus
 WRITE_INTERVAL_SECONDS = 1.0
 
 
+def write_status(path: Path, status: dict) -> None:
+    """Atomic always; durable (fsync'd) only for a status no later write will replace."""
+    write_json_atomic(path, status, durable=status.get("phase") in (status_file.DONE, status_file.FAILED))
+
+
 class StatusSink(Sink):
     def __init__(self, run_dir: Path, backend: str, endpoint: Optional[str] = None,
                  phase: str = status_file.STARTING, clock: Callable[[], float] = time.time,
                  interval: float = WRITE_INTERVAL_SECONDS,
-                 write: Callable[[Path, dict], None] = write_json_atomic):
+                 write: Callable[[Path, dict], None] = write_status):
         """`phase` RESETTING: a process that became rank 0 takes the file over, keeping what
         its predecessor recorded of the epochs before (their metrics)."""
         self.run_dir = Path(run_dir)

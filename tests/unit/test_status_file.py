@@ -105,3 +105,16 @@ def test_a_full_disk_costs_the_status_not_the_run(tmp_path, capsys):
     status = StatusSink(tmp_path, "torch", write=full)
     status.phase("evaluating")
     assert capsys.readouterr().err.count("No space left on device") == 1  # said once
+
+
+def test_only_the_last_status_is_fsynced(tmp_path, monkeypatch):
+    import os
+
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    status = StatusSink(tmp_path, "torch")
+    status.phase("evaluating")
+    assert synced == [] and status_file.read(tmp_path).phase == "evaluating"
+    status.finish()
+    assert len(synced) == 1 and status_file.read(tmp_path).phase == "done"
