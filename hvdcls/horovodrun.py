@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from importlib import util
@@ -98,6 +99,16 @@ def controllers_built() -> dict[str, bool] | None:
     return facts
 
 
+def failed_status(message: str) -> int:
+    """The exit status a failed launch hands on: the first failed rank's (Gloo: "Exit code: N",
+    mpirun: "exit code N"; killed by signal S: 128 + S, as a shell says), else 1."""
+    found = re.search(r"exit code:? (-?\d+)", message, re.IGNORECASE)
+    code = int(found.group(1)) if found else 1
+    if code < 0:
+        code = 128 - code
+    return code if 0 < code < 256 else 1
+
+
 def main() -> None:
     from horovod.runner import launch as horovod_launch
 
@@ -108,7 +119,15 @@ def main() -> None:
         horovod_launch.gloo_built = lambda verbose=False: facts["gloo"]
         horovod_launch.mpi_built = lambda verbose=False: facts["mpi"]
     sys.argv[0] = "horovodrun"  # Horovod's usage and error lines name the command users know
-    sys.exit(horovod_launch.run_commandline())
+    try:
+        horovod_launch.run_commandline()
+    except RuntimeError as err:
+        # Horovod's launcher raises when a rank (or mpirun) failed, after the ranks said why on
+        # their own output: a traceback of the launcher says nothing more. One line, and the
+        # failed rank's status as ours (2: the rank's one-line user error; 75: its watchdog).
+        message = " ".join(str(err).split())
+        print(f"hvdcls-horovodrun: {message}", file=sys.stderr, flush=True)
+        sys.exit(failed_status(message))
 
 
 if __name__ == "__main__":

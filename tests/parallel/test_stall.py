@@ -73,6 +73,8 @@ def test_a_rank_stuck_reading_data_is_named_and_ends_the_job(backend, tmp_path):
     told = [line for line in lines if "stopped by its watchdog" in line]
     assert told and "rank 0 (" in told[0] and f"{watchdog.ALLREDUCE} (step 3)" in told[0], output[-3000:]
     assert f"Exit code: {watchdog.EXIT_STALLED}" in output, output[-3000:]
+    # hvdcls-horovodrun hands the rank's status on, in one line without the launcher's traceback
+    assert result.returncode == watchdog.EXIT_STALLED and "horovod/runner/gloo_run.py" not in output
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["stopped"]["by"] == "watchdog" and summary["stopped"]["rank"] == 1, summary
     assert summary["stopped"]["phase"] == watchdog.READING and summary["epochs_done"] == 0

@@ -53,3 +53,28 @@ def test_the_real_probe_answers_for_the_installed_horovod():
 
 def test_launch_names_our_launcher_where_it_is_installed():
     assert launch.horovodrun(2, ["x"])[0].endswith("hvdcls-horovodrun")
+
+
+def test_failed_status_is_the_first_failed_ranks():
+    gloo = ("Horovod detected that one or more processes exited with non-zero status, thus causing the "
+            "job to be terminated. The first process to do so was: Process name: 1 Exit code: 75")
+    assert horovodrun.failed_status(gloo) == 75
+    assert horovodrun.failed_status("mpirun failed with exit code 2") == 2
+    assert horovodrun.failed_status("Process name: 0 Exit code: -9") == 137  # killed by SIGKILL
+    assert horovodrun.failed_status("could not connect to some hosts via ssh") == 1
+    assert horovodrun.failed_status("Exit code: 300") == 1
+
+
+def test_a_failed_rank_is_one_line_and_its_status():
+    """A real launch whose rank exits 2 (as a user error does): Horovod's launcher raises, and
+    hvdcls-horovodrun says so in one line and exits 2, not 1 with the launcher's traceback."""
+    import subprocess
+
+    tool = launch.horovodrun_tool()
+    assert tool.endswith("hvdcls-horovodrun")
+    result = subprocess.run([tool, "-np", "1", "-H", "localhost:1", "--gloo", "sh", "-c", "exit 2"],
+                            capture_output=True, text=True, timeout=120, env=launch.single_host_env())
+    mine = [line for line in result.stderr.splitlines() if line.startswith("hvdcls-horovodrun:")]
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert len(mine) == 1 and "Exit code: 2" in mine[0], result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
