@@ -53,6 +53,12 @@ class ShardedOptimizer:
         self.shards = [torch.zeros(b.shard, dtype=torch.float32, device=params[0].device)
                        for b in self.buckets]
         self.local = make_optimizer(self.shards)
+        # One bucket's flat gradients at a time, reduced in place, kept from step to step: a
+        # new tensor of a bucket's size is new memory the kernel faults in page by page (17 ms
+        # for 64 MiB on the 2-core test machine), and zero=1 made two a bucket each step (the
+        # flat gradients and the all-reduce's result). It costs one bucket held through
+        # forward and backward too.
+        self.work: Optional[torch.Tensor] = None
         self.gathered: Optional[dict] = None  # the unsharded state, from prepare_checkpoint()
         self.loaded: Optional[dict] = None  # an unsharded state load() read, for broadcast_state()
 
@@ -74,9 +80,12 @@ class ShardedOptimizer:
         return nullcontext()  # step() never reduces: synchronize() did
 
     def _flat_grads(self, bucket: Bucket) -> torch.Tensor:
-        """The bucket's gradients in one padded float32 tensor, each copied once (a cat and then
-        a pad copied the bucket twice)."""
-        flat = torch.empty(bucket.padded, dtype=torch.float32, device=self.shards[0].device)
+        """The bucket's gradients in one padded float32 tensor (the front of `work`), each copied
+        once (a cat and then a pad copied the bucket twice)."""
+        if self.work is None:
+            largest = max(b.padded for b in self.buckets)
+            self.work = torch.empty(largest, dtype=torch.float32, device=self.shards[0].device)
+        flat = self.work[:bucket.padded]
         flat[bucket.numel:].zero_()
         for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes):
             grad = self.params[i].grad
@@ -89,9 +98,9 @@ class ShardedOptimizer:
     @torch.no_grad()
     def synchronize(self) -> None:
         """Horovod: every rank's shard gradients <- its slice of the ranks' average, one bucket
-        at a time: a bucket's flat copy lives only while it is reduced and, at zero=2, its full
-        gradients are freed as soon as they are copied, so the step holds one bucket more than
-        the gradients, not a second copy of them all (grouped over every bucket, ViT-H/14 at np=2
+        at a time: each bucket's flat copy goes into the one `work` buffer and, at zero=2, its
+        full gradients are freed as soon as they are copied, so the step holds one bucket more
+        than the gradients, not a second copy of them all (grouped over every bucket, ViT-H/14 at np=2
         held a second 2.5 GB a rank; docs/benchmarks.md)."""
         for b, (bucket, shard) in enumerate(zip(self.buckets, self.shards)):
             flat = self._flat_grads(bucket)
@@ -101,12 +110,13 @@ class ShardedOptimizer:
             if self.fp16:  # horovod.compression=fp16: the reduction travels in float16
                 flat = flat.half()
             if self.level == 1:
-                averaged = hvd.allreduce(flat, op=hvd.Average, name=f"zero.grads.{b}")
-                grad = averaged[slice(*bucket.slice(self.rank))].clone()
+                hvd.allreduce_(flat, op=hvd.Average, name=f"zero.grads.{b}")
+                averaged = flat[slice(*bucket.slice(self.rank))]  # a view of `work`: copied out
+                shard.grad = averaged.float() if self.fp16 else averaged.clone()
             else:  # equal slices (padded), so Horovod's split is rank r's [r x shard, (r+1) x shard)
-                grad = hvd.reducescatter(flat, op=hvd.Average, name=f"zero.grads.{b}")
-            shard.grad = grad.float()
-            del flat, grad
+                shard.grad = hvd.reducescatter(flat, op=hvd.Average, name=f"zero.grads.{b}").float()
+            del flat
+
 
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
