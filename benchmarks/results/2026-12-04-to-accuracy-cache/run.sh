@@ -28,3 +28,6 @@ run2() {
 HVDCLS_CACHE=$NC run2 "$OUT/np2-digits-uncached"
 run2 "$OUT/np2-cached"
 rm -r "$NC"
+# TensorFlow beside a plain Keras fit (one process at each cell's global batch), as shipped.
+.venv/bin/hvdcls bench --to-accuracy 0.9 --backends tensorflow --np 1 2 --batch-size 16 --runs 5 \
+    --max-epochs 6 --runners hvdcls keras --quiet --output-dir "$OUT/tensorflow"
