@@ -117,7 +117,6 @@ class ShardedOptimizer:
                 shard.grad = hvd.reducescatter(flat, op=hvd.Average, name=f"zero.grads.{b}").float()
             del flat
 
-
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """torch.nn.utils.clip_grad_norm_ over the whole model: the slices' squared norms summed
