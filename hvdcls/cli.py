@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
 from pathlib import Path
 
-from hvdcls import __version__, flags, registry
+from hvdcls import __version__, allocator, flags, registry
 from hvdcls.errors import EXIT_FAILURE, EXIT_USER_ERROR, JobStopped, UserError
 
 
@@ -240,7 +241,25 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
     return args
 
 
+# Commands whose process trains (a rank): they run on the allocator hvdcls/allocator.py picks.
+ALLOCATOR_COMMANDS = ("train",)
+# The bench's own process stays as it is (its peers' cells inherit its environment); its hvdcls
+# workers re-execute themselves, so a bad HVDCLS_ALLOCATOR is reported here, before any cell.
+ALLOCATOR_CHECKED = ("bench",)
+
+
 def main(argv: list[str] | None = None) -> int:
+    command = sys.argv[1] if argv is None and len(sys.argv) > 1 else None
+    if command in ALLOCATOR_COMMANDS + ALLOCATOR_CHECKED:
+        # Started as a program (not called by a test): first re-execute with tcmalloc preloaded.
+        try:
+            if command in ALLOCATOR_COMMANDS:
+                allocator.reexec_with_allocator()
+            else:
+                allocator.preload_environment(os.environ)
+        except UserError as err:
+            print(f"hvdcls: error: {err}", file=sys.stderr)
+            return EXIT_USER_ERROR
     parser = build_parser()
     try:
         args = parse(parser, argv)

@@ -37,6 +37,8 @@ system_packages_missing() {
     # tests/parallel/test_slurm.py starts a private one-node Slurm (`hvdcls serve --executor slurm`).
     command -v sbatch >/dev/null || missing+=(slurm-wlm)
     [ -x /usr/sbin/munged ] || missing+=(munge)
+    # Training processes preload tcmalloc (hvdcls/allocator.py; glibc's malloc without it).
+    compgen -G "/usr/lib/*/libtcmalloc_minimal.so.4" >/dev/null || missing+=(libtcmalloc-minimal4)
     # tests/parallel/test_serve.py has a private Prometheus scrape the service and a job.
     command -v prometheus >/dev/null || missing+=(prometheus)
     # tests/parallel/test_serve_console.py drives the web console in a headless Chromium (Selenium,

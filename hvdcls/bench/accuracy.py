@@ -162,6 +162,7 @@ def run_once(cell: Cell, spec: AccuracySpec, run_dir: Path, run: int = 0) -> dic
             "launch_seconds": ended - launched, "outside": watch.outside, "seed": config.training.seed,
             "summary_seconds_to_target": summary.get("seconds_to_target"),
             "versions": summary.get("versions", {}), "model": summary.get("model"),
+            "allocator": summary.get("allocator"),
             "dataset": summary.get("dataset", "digits"), "global_batch": cell.batch_size * cell.np,
             "lr": config.optimizer.lr, "optimizer": config.optimizer.name}
 
@@ -189,7 +190,7 @@ def summarise(cell: Cell, runs: list[dict]) -> dict:
     first = runs[0]
     return {**asdict(cell), "global_batch": first["global_batch"], "resolved_lr": first["lr"],
             "resolved_optimizer": first["optimizer"], "model": first["model"],
-            "dataset": first["dataset"], "versions": first["versions"],
+            "dataset": first["dataset"], "versions": first["versions"], "allocator": first.get("allocator"),
             **to_target.cell_summary(runs), **outside, "run_results": runs}
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from hvdcls import fileio, tables
 from hvdcls.bench import to_target
 from hvdcls.bench.guard import BUSY_SHARE
-from hvdcls.bench.report import outside_label
+from hvdcls.bench.report import allocators, outside_label
 
 COLUMNS = ["runner", "backend", "np", "batch/worker", "global batch", "optimizer", "lr",
            "converged", "seconds (median)", "seconds min-max", "epochs (median)", "epochs min-max",
@@ -47,7 +47,7 @@ def markdown(report: dict) -> str:
     settings = " ".join(spec["overrides"]) or "none"
     lines = [f"# hvdcls bench --to-accuracy {spec['target']:g} on {m['hostname']}", "",
              f"{report['date']}; {m['cpu']}, {m['usable_cores']} usable cores; Python {m['python']}; "
-             + ", ".join(f"{k} {v}" for k, v in m["versions"].items()), "",
+             + ", ".join(f"{k} {v}" for k, v in m["versions"].items()) + allocators(report), "",
              f"At most {spec['max_epochs']} epochs (the schedule spans them), {spec['runs']} run(s) per "
              f"cell, interleaved; settings for every launch: {settings}. seconds: from just before the "
              "ranks are launched to the end of the evaluation of the first epoch at or above the "

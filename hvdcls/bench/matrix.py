@@ -322,6 +322,7 @@ def summarise(cell: Cell, raw: dict) -> dict:
             "allreduce_bytes_per_step": None if buffer is None else buffer if cell.np > 1 else 0,
             "ring_bytes_sent_per_rank": None if buffer is None else int(buffer * 2 * (cell.np - 1) / cell.np),
             "horovod_settings": raw.get("horovod_settings", {}), "versions": raw.get("versions", {}),
+            "allocator": raw.get("allocator"),  # hvdcls's ranks: hvdcls/allocator.py
             "balance_plan": (raw.get("balance") or {}).get("batches"),
             "first_step_seconds": raw.get("first_step_seconds"),
             # rank 0's tensors and peak RSS, and every rank's (hvdcls.training.memory)

@@ -96,11 +96,18 @@ def data_label(cell: dict) -> str:
     return data if data == "memory" or workers is None else f"{data}/{workers}w"
 
 
+def allocators(report: dict) -> str:
+    """'; hvdcls's ranks on tcmalloc' (hvdcls/allocator.py); the peers' allocator is whatever
+    their environment gives them."""
+    found = sorted({c["allocator"] for c in report["cells"] if c.get("allocator")})
+    return f"; hvdcls's ranks on {', '.join(found)} (HVDCLS_ALLOCATOR)" if found else ""
+
+
 def markdown(report: dict) -> str:
     m = report["machine"]
     lines = [f"# hvdcls bench on {m['hostname']}", "",
              f"{m['cpu']}, {m['usable_cores']} usable cores; Python {m['python']}; " +
-             ", ".join(f"{k} {v}" for k, v in m["versions"].items()), "",
+             ", ".join(f"{k} {v}" for k, v in m["versions"].items()) + allocators(report), "",
              f"image size {report['spec']['image_size']}, {report['spec']['warmup']} warm-up steps, "
              f"{report['spec'].get('rounds', 1)} round(s) x {report['spec']['reps']} x "
              f"{report['spec']['steps']} timed steps; fusion threshold "

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hvdcls import allocator, fileio, horovod_env, registry, zero
 from hvdcls import config as cfg
-from hvdcls import fileio, horovod_env, registry, zero
 from hvdcls.bench import anatomy
 from hvdcls.bench import data as bench_data
 from hvdcls.data import datasets
@@ -280,6 +280,7 @@ def result(args: argparse.Namespace, ctx, info: dict, settings: dict, reps: list
         "allreduce_bytes_per_step": bytes_per_step,
         "device": args.device, "horovod_settings": settings, "versions": ctx.versions,
         "experimental_wait": os.environ.get(EXPERIMENTAL_WAIT),
+        "allocator": allocator.loaded(),
     }
     if args.data != "memory":  # rank 0's own wait; every rank reads the same way
         out["data_wait_seconds"] = [wait / args.steps for _, _, wait in reps]
@@ -288,4 +289,5 @@ def result(args: argparse.Namespace, ctx, info: dict, settings: dict, reps: list
 
 
 if __name__ == "__main__":
+    allocator.reexec_with_allocator()  # as `hvdcls train` does (hvdcls/allocator.py)
     raise SystemExit(main())

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from hvdcls import __version__, horovod_env, registry, status_file
+from hvdcls import __version__, allocator, horovod_env, registry, status_file
 from hvdcls import config as cfg
 from hvdcls.backend import Backend, Context, weights_digest
 from hvdcls.data import bad_files, datasets
@@ -484,6 +484,7 @@ def make_summary(config: cfg.Config, ctx: Context, data: Data, model_info: dict,
         **target_facts(config.training.target_accuracy, history, started),
         "resumed_from": str(resumed.directory) if resumed else None,
         "device": ctx.device, "threads_per_process": ctx.threads,
+        "allocator": allocator.loaded(),
         "model_info": model_info,
         "horovod": {**model_info.get("horovod", {}), "environment": horovod_settings},
         "versions": {"hvdcls": __version__, "python": platform.python_version(), **ctx.versions},

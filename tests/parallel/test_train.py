@@ -6,6 +6,7 @@ accumulation and under mpirun too; the sharded, reduced validation accuracy equa
 process evaluating the same checkpoint; a resumed run repeats the uninterrupted run's next
 epoch; both backends reach the demo's accuracy bar on the digits.
 """
+import ctypes.util
 import subprocess
 from pathlib import Path
 
@@ -19,6 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 DIGITS = str(REPO / "configs" / "digits.yaml")
 BACKENDS = ["torch", "tensorflow"]
 NP = 2
+# `make setup` installs tcmalloc; where it is missing, ranks run on glibc's malloc.
+EXPECTED_ALLOCATOR = "tcmalloc" if ctypes.util.find_library("tcmalloc_minimal") else "system"
 # What a test that never opens them leaves out: report.png, redrawn after every epoch on rank 0
 # (0.7 s of CPU the first time, 0.3 s after, while the other ranks wait), and the TensorBoard
 # scalars. The demo run keeps both (test_only_rank_0_wrote_outputs, test_monitor look at them).
@@ -130,6 +133,7 @@ def assert_trained_alike(summary: dict, out: Path, launcher: str) -> None:
     digests = summary["rank_weight_digests"]
     assert len(digests) == NP and len(set(digests)) == 1, digests
     assert summary["controller"] == ("mpi" if launcher == "mpirun" else "gloo")
+    assert summary["allocator"] == EXPECTED_ALLOCATOR  # hvdcls/allocator.py, under either launcher
     assert summary["model_info"]["horovod"]["compression"] == summary["config"]["horovod"]["compression"]
     assert read_metrics(out)[-1]["train_accuracy"] > 0.5  # it trained (chance is 0.1)
 

@@ -279,7 +279,8 @@ def test_all_or_first_failure_in_a_real_bash():
 def test_best_compression_of_each_stack_and_the_one_bucket_note():
     cells = [bench.summarise(bench.Cell(r, "torch", 2, c, 16, "m"), {**raw([v]), **extra})
              for r, c, v, extra in [
-                 ("hvdcls", "none", 4.0, {}), ("hvdcls", "powersgd", 27.0, {}), ("hvdcls", "fp16", 7.0, {}),
+                 ("hvdcls", "none", 4.0, {"allocator": "tcmalloc"}), ("hvdcls", "powersgd", 27.0, {}),
+                 ("hvdcls", "fp16", 7.0, {}),
                  ("ddp", "none", 4.5, {}), ("ddp", "fp16", 8.0, {}),
                  ("ddp", "powersgd", 12.0, {"ddp": {"buckets": 1, "hook": "powerSGD_hook"}}),
                  ("raw-horovod", "none", 30.0, {})]]
@@ -295,3 +296,4 @@ def test_best_compression_of_each_stack_and_the_one_bucket_note():
     assert "| ddp | torch | 2 | powersgd (1 bucket) |" in text
     assert "| hvdcls | torch | 2 | powersgd |" in text
     assert "| torch | 2 | 16 | m | memory | powersgd | 27.0 | ddp powersgd | 12.0 | 2.25 |" in text
+    assert "; hvdcls's ranks on tcmalloc (HVDCLS_ALLOCATOR)\n" in text  # the worker's word, in the header
