@@ -40,3 +40,13 @@ HVDCLS_ALLOCATOR=system $B18 --output-dir "$OUT/b18-system"
 LD_PRELOAD=$TC $B18 --output-dir "$OUT/b18-all-tcmalloc"
 .venv/bin/hvdcls bench --to-accuracy 0.9 --backends torch --np 1 2 --batch-size 16 --runs 5 \
     --max-epochs 6 --runners hvdcls ddp --quiet --output-dir "$OUT/acc"
+# 5. Memory at the edge: ViT-H/14, np=2, zero=2 + checkpointing under a 19 GiB cap (needs root
+#    for the memory cgroup), as shipped and on glibc.
+for a in tcmalloc system; do
+  HVDCLS_ALLOCATOR=$a VIT_ROOT=runs/vit-$a VIT_LAUNCHER=hvdcls-horovodrun VIT_LIMIT_BYTES=$((19*2**30)) \
+    PATH=$PWD/.venv/bin:$PATH python benchmarks/results/2026-12-03-vit-memory/vit_mem.py h14-z2c
+done
+# 6. As shipped, ResNet-50 against raw Horovod and DDP, and zero 0 against zero 1.
+R50=".venv/bin/hvdcls bench --backends torch --np 2 --compression none --model resnet50 --image-size 64 --batch-size 16 --rounds 3 --quiet"
+$R50 --baseline-runners raw-horovod ddp --output-dir "$OUT/shipped-b50"
+$R50 --zero 0 1 --no-baselines --output-dir "$OUT/shipped-zero"
