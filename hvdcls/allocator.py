@@ -39,9 +39,21 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
 LOADED_ENV = "HVDCLS_ALLOCATOR_LOADED"
 
 
+def loaded(maps: Path = Path("/proc/self/maps")) -> str:
+    """Which allocator this process runs on, read from its mapped libraries (summary.json)."""
+    try:
+        text = maps.read_text()
+    except OSError:
+        return "unknown"
+    for name in ("tcmalloc", "jemalloc"):
+        if f"lib{name}" in text:
+            return name
+    return "system"
+
+
 def preload_environment(environ: Mapping[str, str],
                         find: Callable[[str], Optional[str]] = ctypes.util.find_library,
-                        running: Callable[[], str] = lambda: loaded()) -> Optional[dict[str, str]]:
+                        running: Callable[[], str] = loaded) -> Optional[dict[str, str]]:
     """The environment to execute this process again with, or None to go on as it is:
     `system` chosen, already running on the choice (re-executed, or preloaded by the user), or
     the default's library not installed. A chosen allocator other than the default that is not
@@ -76,15 +88,3 @@ def reexec_with_allocator() -> None:
     sys.stderr.flush()
     # orig_argv: the interpreter's own flags and `-m module` or the script, as it was started.
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
-
-
-def loaded(maps: Path = Path("/proc/self/maps")) -> str:
-    """Which allocator this process runs on, read from its mapped libraries (summary.json)."""
-    try:
-        text = maps.read_text()
-    except OSError:
-        return "unknown"
-    for name in ("tcmalloc", "jemalloc"):
-        if f"lib{name}" in text:
-            return name
-    return "system"
