@@ -29,6 +29,7 @@ import dataclasses
 import time
 import zipfile
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Callable, ContextManager, Optional
 
@@ -38,7 +39,7 @@ import numpy as np
 import tensorflow as tf
 
 from hvdcls import fileio, powersgd
-from hvdcls.backend import Sums, add
+from hvdcls.backend import LazyArrays, Sums, add
 from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches
 from hvdcls.errors import UserError
@@ -55,6 +56,10 @@ L2_ON_GRADIENT = ("sgd", "adam")
 def tf_variables(variables) -> list[tf.Variable]:
     """Keras 3 variables -> the tf.Variables Horovod can broadcast and differentiate."""
     return [v.value for v in variables]
+
+
+def host_copy(variable) -> np.ndarray:
+    return np.asarray(variable.numpy(), np.float32)
 
 
 def variable_bytes(variables) -> int:
@@ -403,7 +408,7 @@ class TensorFlowBackend(HorovodBackend):
             arrays.update({f"optimizer/{i}": v.numpy for i, v in enumerate(self.optimizer.variables)})
         arrays.update({f"ema/{i}": v.numpy for i, v in enumerate(self.ema or [])})
         arrays.update(self.reducer.state_arrays() if self.reducer else {})
-        with open(directory / CHECKPOINT_FILE, "wb") as handle:
+        with fileio.large_output(directory / CHECKPOINT_FILE) as handle:
             fileio.savez_one_at_a_time(handle, arrays)
 
     def load(self, directory: Path) -> None:
@@ -480,8 +485,8 @@ class TensorFlowBackend(HorovodBackend):
         if self.reducer is not None:
             self.reducer.average_errors()  # Horovod: one error for all ranks, training unchanged
 
-    def weights(self) -> dict[str, np.ndarray]:
-        return {v.path: np.asarray(v.numpy(), np.float32) for v in self.model.variables}
+    def weights(self) -> LazyArrays:
+        return LazyArrays({v.path: partial(host_copy, v) for v in self.model.variables})
 
     def memory(self) -> dict[str, int]:
         # Gradients live only inside the compiled step, one per trained variable, of its shape

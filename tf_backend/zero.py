@@ -173,7 +173,7 @@ class ShardedOptimizer:
                        for b in range(len(self.buckets)) for k in range(len(self.kinds))})
         final = directory / shard_file_name(self.rank, self.size, SHARD_SUFFIX)
         tmp = final.with_name(f".{final.name}.tmp")
-        with open(tmp, "wb") as handle:
+        with fileio.large_output(tmp) as handle:
             fileio.savez_one_at_a_time(handle, arrays)
         os.replace(tmp, final)
         self.in_files = True  # rank 0's save() says so in the checkpoint

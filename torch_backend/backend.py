@@ -11,6 +11,7 @@ import dataclasses
 import pickle
 import time
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Any, Optional
@@ -20,8 +21,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hvdcls import powersgd
-from hvdcls.backend import Sums, add
+from hvdcls import fileio, powersgd
+from hvdcls.backend import LazyArrays, Sums, add
 from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.errors import UserError
@@ -46,6 +47,11 @@ def make_optimizer(params, config: Config) -> torch.optim.Optimizer:
     if opt.name == "lamb":
         return optimizers.LAMB(params, lr=lr, weight_decay=opt.weight_decay)
     return torch.optim.AdamW(params, lr=lr, weight_decay=opt.weight_decay)
+
+
+def host_copy(tensor: torch.Tensor) -> np.ndarray:
+    """As float32 on the host: a view of a CPU float32 tensor, not a copy."""
+    return tensor.detach().cpu().float().numpy()
 
 
 def tensor_bytes(tensors) -> int:
@@ -284,7 +290,8 @@ class TorchBackend(HorovodBackend):
             state["powersgd"] = self.reducer.state_dict()
         if self.ema is not None:
             state["ema"] = self.ema
-        torch.save(state, directory / CHECKPOINT_FILE)
+        with fileio.large_output(directory / CHECKPOINT_FILE) as handle:
+            torch.save(state, handle)
         if self.sharded is not None:
             self.sharded.gathered = None  # the unsharded copy lives until it is written
 
@@ -346,8 +353,8 @@ class TorchBackend(HorovodBackend):
         if self.reducer is not None:
             self.reducer.average_errors_()  # Horovod: one error for all ranks, training unchanged
 
-    def weights(self) -> dict[str, np.ndarray]:
-        return {name: t.detach().cpu().float().numpy() for name, t in self.model.state_dict().items()}
+    def weights(self) -> LazyArrays:
+        return LazyArrays({name: partial(host_copy, t) for name, t in self.model.state_dict().items()})
 
     def memory(self) -> dict[str, int]:
         # Gradients as they are held now: after a step, every trained parameter's (the next

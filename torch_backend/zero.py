@@ -28,6 +28,7 @@ from typing import Callable, Optional
 import horovod.torch as hvd
 import torch
 
+from hvdcls import fileio
 from hvdcls.errors import UserError
 from hvdcls.zero import Bucket, fill_from, find_shards, plan, shard_file_name
 
@@ -216,7 +217,8 @@ class ShardedOptimizer:
     def write_shard(self, directory: Path) -> None:
         final = directory / shard_file_name(self.rank, self.size, SHARD_SUFFIX)
         tmp = final.with_name(f".{final.name}.tmp")
-        torch.save({"numels": [b.numel for b in self.buckets], "optimizer": self.local.state_dict()}, tmp)
+        with fileio.large_output(tmp) as handle:
+            torch.save({"numels": [b.numel for b in self.buckets], "optimizer": self.local.state_dict()}, handle)
         os.replace(tmp, final)
 
     def load_checkpoint(self, state: dict, directory: Path) -> None:

@@ -182,3 +182,33 @@ def test_elastic_run_lets_any_other_error_end_the_run():
     with pytest.raises(ValueError):
         backend.elastic_run(ObjectState(bcast_object=lambda obj: obj, get_rank=lambda: 0), attempt)
     assert backend.hvd.calls == ["init"]
+
+
+def test_the_weights_digest_reads_lazy_arrays_one_at_a_time_and_names_what_differs():
+    """The ranks' digests (summary.json) are taken from a LazyArrays: each variable's host copy
+    is made when read and dropped before the next (all at once killed a ViT-H/14 run); equal
+    arrays give the digest a dict gives, a changed element or name another."""
+    import weakref
+
+    import numpy as np
+
+    from hvdcls.backend import LazyArrays, weights_digest
+
+    plain = {"b": np.arange(4, dtype=np.float64), "a": np.ones((2, 3), np.float32)}
+    made: list = []
+
+    def maker(name):
+        def make():
+            assert all(ref() is None for ref in made), "an earlier copy is still alive"
+            copy = np.array(plain[name])
+            made.append(weakref.ref(copy))
+            return copy
+        return make
+
+    lazy = LazyArrays({name: maker(name) for name in plain})
+    assert weights_digest(lazy) == weights_digest(plain) and len(made) == 2
+    assert sorted(lazy) == ["a", "b"] and len(lazy) == 2
+    copies = lazy.copied()
+    plain["a"][1, 2] = 0.5
+    assert weights_digest(plain) != weights_digest(copies)  # copied() is a copy, not a view
+    assert weights_digest({"c": plain["a"], "b": plain["b"]}) != weights_digest(plain)
