@@ -6,7 +6,9 @@ cgroup a little under the machine's memory, so an over-size model is killed ther
 machine's other processes.
 
 2026-12-04 (../2026-12-04-vit-memory): the TensorFlow rows added, run as
-`VIT_ROOT=/work/runs/vit VIT_LAUNCHER=hvdcls-horovodrun python vit_mem.py l16-z2c tf-l16-z0 tf-h14-z2c`."""
+`VIT_ROOT=/work/runs/vit VIT_LAUNCHER=hvdcls-horovodrun python vit_mem.py l16-z2c tf-l16-z0 tf-h14-z2c`.
+2026-12-05 (../2026-12-05-vit-tf-h14): each sample also has the cgroup's rss, cache, dirty and
+writeback bytes (memory.stat) and the run's phase (status.json)."""
 import json
 import os
 import subprocess
@@ -32,6 +34,19 @@ def make_data(size):
             for i in range(n):
                 Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8)).save(d / f"{i}.png")
     return DATA / f"{size}"
+
+
+def cgroup_stat():
+    """The cgroup's (rss, cache, dirty, writeback) bytes: the page cache is charged to it too."""
+    stat = dict(line.split() for line in (CG / "memory.stat").read_text().splitlines())
+    return tuple(int(stat[k]) for k in ("total_rss", "total_cache", "total_dirty", "total_writeback"))
+
+
+def phase(out):
+    try:
+        return json.loads((out / "status.json").read_text())["phase"]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def ranks():
@@ -69,7 +84,7 @@ def run(name, model, size, patch, zero, ckpt, backend="torch"):
                 pass
         avail = psutil.virtual_memory().available
         peak, low = max(peak, rss), min(low, avail)
-        samples.append((round(time.time() - started, 1), rss))
+        samples.append((round(time.time() - started, 1), rss, *cgroup_stat(), phase(out)))
         time.sleep(0.2)
     summary = {}
     if (out / "summary.json").exists():
