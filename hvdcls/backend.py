@@ -261,5 +261,5 @@ def weights_digest(weights: Mapping[str, Any]) -> str:
     digest = hashlib.sha256()
     for name in sorted(weights):
         digest.update(name.encode())
-        digest.update(memoryview(np.ascontiguousarray(weights[name], np.float32)).cast("B"))
+        digest.update(np.ascontiguousarray(weights[name], np.float32).data)
     return digest.hexdigest()

@@ -83,7 +83,7 @@ class _SyncingFile(io.FileIO):
         super().__init__(path, "wb")
         self.every, self.pending = every, 0
 
-    def write(self, data) -> int:  # type: ignore[override]  # io.FileIO's is `int | None`
+    def write(self, data) -> int:
         written = super().write(data) or 0
         self.pending += written
         if self.pending >= self.every:
