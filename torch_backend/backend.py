@@ -176,6 +176,8 @@ class TorchBackend(HorovodBackend):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.zero_grad()
+        if self.sharded is not None:  # training.zero: each bucket's reduction starts in backward
+            self.sharded.arm(len(micro_batches))
         total = None
         for images, labels in micro_batches:
             images, labels = self.to_device(images), labels.to(self.device)

@@ -3,9 +3,11 @@
 Mirror: tf_backend/zero.py. The parameters lie in flat buckets (hvdcls.zero.plan); each rank
 owns one contiguous 1/N slice of every bucket and keeps a plain local optimizer over its slices
 alone (one flat tensor per bucket), so its state (momentum, Adam's moments) is 1/N of the
-unsharded one. A step: synchronize() averages the gradients bucket by bucket (zero=1: an
-all-reduce of the flat bucket, each rank keeping its slice; zero=2: a reduce-scatter, and the
-bucket's full gradients are freed), step() steps the slices and all-gathers them back into the
+unsharded one. A step: the gradients are averaged bucket by bucket (zero=1: an all-reduce of
+the flat bucket, each rank keeping its slice; zero=2: a reduce-scatter, and the bucket's full
+gradients are freed), each bucket's started by the gradient hooks as soon as backward has made
+all of its gradients, so that it crosses while backward goes on (the train step arms them for
+its last pass); synchronize() waits for them; step() steps the slices and all-gathers them back into the
 parameters, bucket by bucket (so what a step adds to the model's tensors is one bucket).
 SGD, Adam and AdamW act element by element, so stepping a slice is stepping those elements;
 padding (zero gradient, zero weight) stays zero and is dropped.
@@ -21,6 +23,7 @@ cuts this rank's slices out of one, whatever world size wrote it.
 from __future__ import annotations
 
 import os
+from collections import deque
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable, Optional
@@ -30,10 +33,11 @@ import torch
 
 from hvdcls import fileio
 from hvdcls.errors import UserError
-from hvdcls.zero import Bucket, fill_from, find_shards, plan, shard_file_name
+from hvdcls.zero import BUCKET_ELEMENTS, Bucket, fill_from, find_shards, plan, shard_file_name
 
 MakeOptimizer = Callable[[list], torch.optim.Optimizer]
 SHARD_SUFFIX = ".pt"
+IN_FLIGHT = 2  # bucket reductions started before the oldest is waited for
 IN_SHARD_FILES = "zero_shard_files"  # torch.pt's "optimizer" when every rank saved its own slices
 
 
@@ -47,19 +51,28 @@ def refuse_what_breaks(zero: int, loss_scaled: bool) -> None:
 
 class ShardedOptimizer:
     def __init__(self, params: list[torch.Tensor], make_optimizer: MakeOptimizer, level: int,
-                 fp16: bool = False):
+                 fp16: bool = False, bucket_elements: int = BUCKET_ELEMENTS):
         self.params, self.level, self.fp16 = params, level, fp16
         self.rank, self.size = hvd.rank(), hvd.size()
-        self.buckets = plan([p.numel() for p in params], self.size)
+        self.buckets = plan([p.numel() for p in params], self.size, bucket_elements)
         self.shards = [torch.zeros(b.shard, dtype=torch.float32, device=params[0].device)
                        for b in self.buckets]
         self.local = make_optimizer(self.shards)
-        # One bucket's flat gradients at a time, reduced in place, kept from step to step: a
-        # new tensor of a bucket's size is new memory the kernel faults in page by page (17 ms
-        # for 64 MiB on the 2-core test machine), and zero=1 made two a bucket each step (the
-        # flat gradients and the all-reduce's result). It costs one bucket held through
-        # forward and backward too.
-        self.work: Optional[torch.Tensor] = None
+        # Buckets' flat gradients, reduced in place, in buffers kept from step to step: a new
+        # tensor of a bucket's size is new memory the kernel faults in page by page (17 ms for
+        # 64 MiB on the 2-core test machine), and zero=1 made two a bucket each step (the flat
+        # gradients and the all-reduce's result). IN_FLIGHT buckets held through forward and
+        # backward, so that a bucket is copied while the one before it is on the wire.
+        self.work: list[torch.Tensor] = []  # free buffers, at most IN_FLIGHT made
+        self.made_work = 0
+        self.bucket_of = {i: b for b, bucket in enumerate(self.buckets) for i in bucket.params}
+        self.passes = 0  # the armed step's backward passes (0: not armed)
+        self.waiting: list[int] = []  # per bucket: gradient hooks yet to fire in this step
+        self.in_flight: deque = deque()  # launched buckets, oldest first: (bucket, handle, flat, sent)
+        self.reduced: dict[int, torch.Tensor] = {}  # bucket -> this rank's averaged slice
+        for i, p in enumerate(params):
+            if p.requires_grad:
+                p.register_post_accumulate_grad_hook(lambda _, i=i: self._gradient_ready(i))
         self.gathered: Optional[dict] = None  # the unsharded state, from prepare_checkpoint()
         self.loaded: Optional[dict] = None  # an unsharded state load() read, for broadcast_state()
 
@@ -76,17 +89,43 @@ class ShardedOptimizer:
             p.grad = None
         for s in self.shards:
             s.grad = None
+        self._forget_cut_short()
+
+    def arm(self, passes: int) -> None:
+        """The coming step has `passes` backward passes: each bucket's reduction starts inside the
+        last pass, once every one of its parameters' gradients is accumulated, and overlaps the
+        backward of the layers before it (as DistributedOptimizer's hooks do for zero=0; a
+        reduction after backward cost zero=1 6% of zero=0's step on ResNet-50)."""
+        self.passes = passes
+        self.waiting = [passes * len(b.params) for b in self.buckets]
+
+    def _gradient_ready(self, i: int) -> None:
+        """A parameter's gradient hook (once per backward pass that reached it)."""
+        if not self.passes:  # not armed: a backward outside train_step (tests, lr_find's probes)
+            return
+        b = self.bucket_of[i]
+        self.waiting[b] -= 1
+        if self.waiting[b] == 0:  # every pass reached every parameter of the bucket
+            self._launch(b)
 
     def skip_synchronize(self):
         return nullcontext()  # step() never reduces: synchronize() did
 
-    def _flat_grads(self, bucket: Bucket) -> torch.Tensor:
+    def _buffer(self) -> torch.Tensor:
+        """A free work buffer (the largest bucket's size), at most IN_FLIGHT of them: the oldest
+        reduction in flight is finished to free one when none is."""
+        if not self.work and self.made_work >= IN_FLIGHT:
+            self._finish_oldest()
+        if self.work:
+            return self.work.pop()
+        self.made_work += 1
+        largest = max(b.padded for b in self.buckets)
+        return torch.empty(largest, dtype=torch.float32, device=self.shards[0].device)
+
+    def _flat_grads(self, bucket: Bucket, work: torch.Tensor) -> torch.Tensor:
         """The bucket's gradients in one padded float32 tensor (the front of `work`), each copied
         once (a cat and then a pad copied the bucket twice)."""
-        if self.work is None:
-            largest = max(b.padded for b in self.buckets)
-            self.work = torch.empty(largest, dtype=torch.float32, device=self.shards[0].device)
-        flat = self.work[:bucket.padded]
+        flat = work[:bucket.padded]
         flat[bucket.numel:].zero_()
         for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes):
             grad = self.params[i].grad
@@ -97,26 +136,53 @@ class ShardedOptimizer:
         return flat
 
     @torch.no_grad()
+    def _launch(self, b: int) -> None:
+        """Start bucket b's reduction: its gradients copied into a work buffer and, at zero=2,
+        freed, so a step holds at most IN_FLIGHT buckets more than the gradients, not a
+        second copy of them all (grouped over every bucket, ViT-H/14 at np=2 held a second
+        2.5 GB a rank; docs/benchmarks.md)."""
+        bucket, work = self.buckets[b], self._buffer()
+        flat = self._flat_grads(bucket, work)
+        if self.level == 2:
+            for i in bucket.params:
+                self.params[i].grad = None  # zero=2: only the slice's gradients are kept
+        sent = flat.half() if self.fp16 else flat  # horovod.compression=fp16: float16 on the wire
+        if self.level == 1:
+            handle = hvd.allreduce_async_(sent, op=hvd.Average, name=f"zero.grads.{b}")
+        else:  # equal slices (padded), so Horovod's split is rank r's [r x shard, (r+1) x shard)
+            handle = hvd.reducescatter_async(sent, op=hvd.Average, name=f"zero.grads.{b}")
+        self.in_flight.append((b, handle, work, sent))
+
+    def _finish_oldest(self) -> None:
+        b, handle, work, sent = self.in_flight.popleft()
+        out = hvd.synchronize(handle)
+        if self.level == 1:  # a view of the buffer: copied out before the buffer is reused
+            part = sent[slice(*self.buckets[b].slice(self.rank))]
+            self.reduced[b] = part.float() if self.fp16 else part.clone()
+        else:
+            self.reduced[b] = out.float()
+        self.work.append(work)
+
+    def _forget_cut_short(self) -> None:
+        """What a step cut short by an error left (an elastic reset): its buffers may still be
+        written by a collective of the old world, so they are dropped, not reused."""
+        self.made_work -= len(self.in_flight)
+        self.in_flight.clear()
+        self.reduced.clear()
+        self.passes = 0
+
+    @torch.no_grad()
     def synchronize(self) -> None:
-        """Horovod: every rank's shard gradients <- its slice of the ranks' average, one bucket
-        at a time: each bucket's flat copy goes into the one `work` buffer and, at zero=2, its
-        full gradients are freed as soon as they are copied, so the step holds one bucket more
-        than the gradients, not a second copy of them all (grouped over every bucket, ViT-H/14 at np=2
-        held a second 2.5 GB a rank; docs/benchmarks.md)."""
-        for b, (bucket, shard) in enumerate(zip(self.buckets, self.shards)):
-            flat = self._flat_grads(bucket)
-            if self.level == 2:
-                for i in bucket.params:
-                    self.params[i].grad = None  # zero=2: only the slice's gradients are kept
-            if self.fp16:  # horovod.compression=fp16: the reduction travels in float16
-                flat = flat.half()
-            if self.level == 1:
-                hvd.allreduce_(flat, op=hvd.Average, name=f"zero.grads.{b}")
-                averaged = flat[slice(*bucket.slice(self.rank))]  # a view of `work`: copied out
-                shard.grad = averaged.float() if self.fp16 else averaged.clone()
-            else:  # equal slices (padded), so Horovod's split is rank r's [r x shard, (r+1) x shard)
-                shard.grad = hvd.reducescatter(flat, op=hvd.Average, name=f"zero.grads.{b}").float()
-            del flat
+        """Horovod: every rank's shard gradients <- its slice of the ranks' average. Buckets the
+        hooks did not start (not armed, or a parameter without a gradient) start here, in order."""
+        for b in range(len(self.buckets)):
+            if b not in self.reduced and all(b != flying[0] for flying in self.in_flight):
+                self._launch(b)
+        while self.in_flight:
+            self._finish_oldest()
+        for b, shard in enumerate(self.shards):
+            shard.grad = self.reduced.pop(b)
+        self.passes = 0
 
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:

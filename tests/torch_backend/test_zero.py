@@ -8,3 +8,42 @@ from tests.torch_backend.test_batches import TorchFramework
 @pytest.fixture(scope="module")
 def framework():
     return TorchFramework()
+
+
+@pytest.mark.parametrize("level,passes", [(1, 1), (2, 2)])
+def test_buckets_are_reduced_in_backward_as_their_gradients_complete(level, passes):
+    """Armed for a step, the gradient hooks start each bucket's reduction in the last backward
+    pass, as soon as backward has made its gradients (the last layers' bucket first), with at
+    most IN_FLIGHT work buffers; synchronize() leaves each slice the bucket's accumulated
+    gradients (one rank: the average is its own), and zero=2 frees the full gradients."""
+    import horovod.torch as hvd
+    import torch
+
+    from torch_backend import zero
+
+    hvd.init()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 4),
+                                torch.nn.ReLU(), torch.nn.Linear(4, 3))
+    params = list(model.parameters())
+    sharded = zero.ShardedOptimizer(params, lambda shards: torch.optim.SGD(shards, lr=0.1), level,
+                                    bucket_elements=12)
+    assert len(sharded.buckets) >= 4
+    launched: list = []
+    launch = sharded._launch
+    sharded._launch = lambda b: (launched.append(b), launch(b))
+    sharded.zero_grad()
+    sharded.arm(passes)
+    inputs = torch.randn(passes, 7, 6)
+    for i in range(passes):
+        model(inputs[i]).square().mean().backward()
+        assert launched == ([] if i < passes - 1 else sorted(launched, reverse=True)), (i, launched)
+    assert sorted(launched) == list(range(len(sharded.buckets)))
+    assert sharded.made_work <= zero.IN_FLIGHT
+    expected = torch.autograd.grad(sum(model(x).square().mean() for x in inputs), params)
+    sharded.synchronize()
+    for bucket, shard in zip(sharded.buckets, sharded.shards):
+        flat = torch.cat([expected[i].reshape(-1) for i in bucket.params])
+        assert torch.allclose(shard.grad[:bucket.numel], flat, atol=1e-6)
+        assert not shard.grad[bucket.numel:].any()  # the padding
+    assert all((p.grad is None) == (level == 2) for p in params)
