@@ -117,6 +117,10 @@ def main() -> None:
               {"ddp": {"bucket_cap_mb": bucket_cap_mb(args), "buckets": buckets(ddp),
                        "hook": HOOKS[args.compression], "backend": dist.get_backend(),
                        "anatomy_hooks": bool(args.anatomy and args.anatomy_hooks)}})
+    # Both ranks done with every collective (the last step's hook included) before either tears
+    # its connections down: a rank destroying its Gloo group while the other still used it
+    # aborted that one ("terminate called without an active exception"), 3 of 8 cross-link runs.
+    dist.barrier()
     dist.destroy_process_group()
 
 

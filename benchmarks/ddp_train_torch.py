@@ -112,6 +112,7 @@ def main() -> None:
         write_summary(args.out, {"runner": "ddp", "world_size": world, "reached_target_epoch": reached,
                                  "wall_seconds": time.time() - started, "model": "compact_cnn",
                                  "versions": {"torch": torch.__version__}})
+    dist.barrier()  # no rank tears its Gloo group down while another still uses it (ddp_torch.py)
     dist.destroy_process_group()
 
 
