@@ -109,6 +109,17 @@ def failed_status(message: str) -> int:
     return code if 0 < code < 256 else 1
 
 
+def cause(status: int) -> str:
+    """What a failed rank's status most often means, where the status alone says it: a rank
+    SIGKILLed (137) with no one to blame is the kernel's, or a memory cgroup's (a container, a
+    Slurm job), out-of-memory killer, as when a model outgrows the machine."""
+    if status == 128 + 9:
+        return (" (137: SIGKILL, most often the out-of-memory killer: dmesg, or the memory limit of the "
+                "container or job; training.zero, training.activation_checkpointing and "
+                "HVDCLS_ALLOCATOR=system lower a rank's memory, docs/training.md)")
+    return ""
+
+
 def main() -> None:
     from horovod.runner import launch as horovod_launch
 
@@ -126,8 +137,9 @@ def main() -> None:
         # their own output: a traceback of the launcher says nothing more. One line, and the
         # failed rank's status as ours (2: the rank's one-line user error; 75: its watchdog).
         message = " ".join(str(err).split())
-        print(f"hvdcls-horovodrun: {message}", file=sys.stderr, flush=True)
-        sys.exit(failed_status(message))
+        status = failed_status(message)
+        print(f"hvdcls-horovodrun: {message}{cause(status)}", file=sys.stderr, flush=True)
+        sys.exit(status)
 
 
 if __name__ == "__main__":

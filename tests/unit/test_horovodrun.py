@@ -63,6 +63,8 @@ def test_failed_status_is_the_first_failed_ranks():
     assert horovodrun.failed_status("Process name: 0 Exit code: -9") == 137  # killed by SIGKILL
     assert horovodrun.failed_status("could not connect to some hosts via ssh") == 1
     assert horovodrun.failed_status("Exit code: 300") == 1
+    assert "out-of-memory killer" in horovodrun.cause(137)  # what a SIGKILLed rank most often is
+    assert horovodrun.cause(2) == horovodrun.cause(143) == ""
 
 
 def test_a_failed_rank_is_one_line_and_its_status():
