@@ -11,6 +11,7 @@ machine's other processes.
 writeback bytes (memory.stat) and the run's phase (status.json)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -97,6 +98,7 @@ def run(name, model, size, patch, zero, ckpt, backend="torch"):
            "memory": summary.get("memory"), "rank_memory": summary.get("rank_memory"),
            "parameters": (summary.get("model_info") or {}).get("parameters")}
     (CG / "memory.max_usage_in_bytes").write_text("0")
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)  # 7.5 GB a ViT-H/14 run: the disk filled
     (ROOT / f"{name}.json").write_text(json.dumps({**row, "samples": samples}))
     print(json.dumps(row), flush=True)
     return row
