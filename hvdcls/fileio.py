@@ -76,8 +76,9 @@ class _SyncingFile(io.FileIO):
     """A file opened for writing whose written pages are synced to disk and dropped from the
     page cache every `every` bytes. The page cache of a memory cgroup (a Slurm job, a container,
     a service run) is charged to it, and cgroup v1 does not throttle dirty pages per group: a
-    ViT-H/14 checkpoint (2.5 GB of weights, 2.5 GB of optimizer slices a rank) written at full
-    speed by ranks that hold 21 of a 22 GB limit was killed before writeback could free them."""
+    ViT-H/14 checkpoint (2.5 GB of weights, 2.5 GB of optimizer slices a rank) is written in
+    seconds by ranks that hold 21 of a 22 GB limit, and dirty pages are freed only once
+    written back; this keeps their share of the limit bounded."""
 
     def __init__(self, path: Path, every: int):
         super().__init__(path, "wb")

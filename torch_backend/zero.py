@@ -66,8 +66,7 @@ class ShardedOptimizer:
         self.work: list[torch.Tensor] = []  # free buffers, at most IN_FLIGHT made
         self.made_work = 0
         self.bucket_of = {i: b for b, bucket in enumerate(self.buckets) for i in bucket.params}
-        self.passes = 0  # the armed step's backward passes (0: not armed)
-        self.waiting: list[int] = []  # per bucket: gradient hooks yet to fire in this step
+        self.waiting: list[int] = []  # per bucket: gradient hooks yet to fire ([]: not armed)
         self.next_launch = len(self.buckets) - 1  # buckets start in this order: last first
         self.in_flight: deque = deque()  # launched buckets, oldest first: (bucket, handle, flat, sent)
         self.reduced: dict[int, torch.Tensor] = {}  # bucket -> this rank's averaged slice
@@ -97,20 +96,27 @@ class ShardedOptimizer:
         last pass, once every one of its parameters' gradients is accumulated, and overlaps the
         backward of the layers before it (as DistributedOptimizer's hooks do for zero=0; a
         reduction after backward cost zero=1 6% of zero=0's step on ResNet-50)."""
-        self.passes = passes
+        self._disarm()
         self.waiting = [passes * len(b.params) for b in self.buckets]
-        self.next_launch = len(self.buckets) - 1
+
+    def _disarm(self) -> None:
+        self.waiting, self.next_launch = [], len(self.buckets) - 1
 
     def _gradient_ready(self, i: int) -> None:
         """A parameter's gradient hook (once per backward pass that reached it)."""
-        if not self.passes:  # not armed: a backward outside train_step (tests, lr_find's probes)
+        if not self.waiting:  # not armed: a backward outside train_step (tests, lr_find's probes)
             return
         self.waiting[self.bucket_of[i]] -= 1
-        # Every rank starts the buckets in one order, the last (the last layers', which backward
-        # makes first) first, and waits for them in it, whatever order its hooks fire in (a
-        # parameter without a gradient on one rank): started as they came, a rank waiting for a
-        # free buffer could wait for a bucket that the other starts only after one it waits for.
-        while self.next_launch >= 0 and self.waiting[self.next_launch] == 0:
+        self._start_in_order()
+
+    def _start_in_order(self, everything: bool = False) -> None:
+        """Start the buckets not started yet, in the one order, while the next one's gradients
+        are all made (or `everything`: backward is over). Every rank starts them in this order,
+        the last (the last layers', which backward makes first) first, and waits for them in
+        it, whatever order its hooks fire in (a parameter without a gradient on one rank):
+        started as they came, a rank waiting for a free buffer could wait for a bucket that the
+        other starts only after one it waits for."""
+        while self.next_launch >= 0 and (everything or self.waiting[self.next_launch] == 0):
             self._launch(self.next_launch)
             self.next_launch -= 1
 
@@ -175,21 +181,19 @@ class ShardedOptimizer:
         self.made_work -= len(self.in_flight)
         self.in_flight.clear()
         self.reduced.clear()
-        self.passes, self.next_launch = 0, len(self.buckets) - 1
+        self._disarm()
 
     @torch.no_grad()
     def synchronize(self) -> None:
         """Horovod: every rank's shard gradients <- its slice of the ranks' average. Buckets the
         hooks did not start (not armed, or a parameter without a gradient) start here, in the
         hooks' order."""
-        while self.next_launch >= 0:
-            self._launch(self.next_launch)
-            self.next_launch -= 1
+        self._start_in_order(everything=True)
         while self.in_flight:
             self._finish_oldest()
         for b, shard in enumerate(self.shards):
             shard.grad = self.reduced.pop(b)
-        self.passes, self.next_launch = 0, len(self.buckets) - 1
+        self._disarm()
 
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
