@@ -37,6 +37,7 @@ class Running:
     job_id: int
     epochs: int  # its config's: the last epoch is never pruned (nothing left to save)
     reported: set[int] = field(default_factory=set)
+    judged_with: int = 0  # trials done when the pruner last looked at it
 
 
 class Driver:
@@ -48,6 +49,7 @@ class Driver:
         self.say, self.changed, self.closed, self.sleep = say, changed, closed, sleep
         self.active: dict[int, Running] = {}
         self.submitted = 0  # by this process: the first refusal of all is the sweep's, not a trial's
+        self.done = 0  # trials closed as done by this process: each may change the pruner's mind
 
     def run(self) -> None:
         """Until `limits.trials` trials are accounted for and none is running."""
@@ -111,14 +113,31 @@ class Driver:
         found = trials.values(job.records, self.limits.metric)
         for epoch in sorted(set(found) - running.reported):
             running.reported.add(epoch)
+            running.judged_with = self.done
             prune = searcher.report(running.trial, epoch, found[epoch])
             self.changed()
             if prune and job.state != "succeeded" and epoch < running.epochs:
-                self.jobs.cancel(running.job_id)  # its slots go to the next trial now
-                self.close(running.trial, "pruned", epoch=epoch, value=found[epoch])
+                self.prune(running, epoch, found[epoch])
                 return
         if job.final:
             self.end(running, job, found)
+        elif self.judged_again(running):
+            last = max(running.reported)
+            self.prune(running, last, found.get(last, float("nan")))
+
+    def judged_again(self, running: Running) -> bool:
+        """Has a trial finished since the pruner last saw this one's epoch, and does it now say
+        stop? Without this a trial whose epoch came before the last finished trial it is judged
+        against (the pruner's `prune_after`) would run to its end, as would one whose next epoch
+        is slower than the others' whole runs."""
+        if running.judged_with == self.done or not running.reported or max(running.reported) >= running.epochs:
+            return False
+        running.judged_with = self.done
+        return searcher.should_prune(running.trial)
+
+    def prune(self, running: Running, epoch: int, value: float) -> None:
+        self.jobs.cancel(running.job_id)  # its slots go to the next trial now
+        self.close(running.trial, "pruned", epoch=epoch, value=value)
 
     def end(self, running: Running, job: trials.JobView, found: dict[int, float]) -> None:
         if job.state == "succeeded" and found:
@@ -138,6 +157,7 @@ class Driver:
             trial.set_user_attr("message", message.splitlines()[0][:500])
         searcher.finish(self.study, number, state, value)
         self.active.pop(number, None)
+        self.done += state == "done"
         at = f" at epoch {epoch} ({self.limits.metric} {value:.4f})" if epoch is not None and value is not None else ""
         why = f": {message.splitlines()[0]}" if message else ""
         self.say(f"trial {number}: {state}{at}{why}")

@@ -143,6 +143,11 @@ def report(trial: "optuna.Trial", epoch: int, value: float) -> bool:
     if not math.isfinite(value):
         return True  # a diverged trial (nan loss) is not worth its slots
     trial.report(value, epoch)
+    return should_prune(trial)
+
+
+def should_prune(trial: "optuna.Trial") -> bool:
+    """Stop the trial at its last reported epoch, judged against the trials finished by now?"""
     return bool(trial.should_prune())
 
 

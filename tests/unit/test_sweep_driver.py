@@ -29,9 +29,10 @@ GOOD, BAD = [0.6, 0.8, 0.9], [0.1, 0.1, 0.12]  # val_accuracy per epoch, by lear
 class FakeJobs:
     """Jobs that finish one epoch per poll, on a curve picked by the trial's learning rate."""
 
-    def __init__(self, refuse=None, fail_lr=None):
+    def __init__(self, refuse=None, fail_lr=None, slow_lr=None):
         self.specs, self.state, self.epochs, self.cancelled = {}, {}, {}, []
-        self.most_at_once, self.refuse, self.fail_lr = 0, refuse, fail_lr
+        self.most_at_once, self.refuse, self.fail_lr, self.slow_lr = 0, refuse, fail_lr, slow_lr
+        self.polls: dict[int, int] = {}
 
     def submit(self, spec: dict) -> int:
         if self.refuse:
@@ -43,8 +44,9 @@ class FakeJobs:
 
     def poll(self, job_id: int) -> JobView:
         lr = self.specs[job_id]["settings"]["optimizer"]["lr"]
-        if self.state[job_id] == "running":
-            self.epochs[job_id] += 1
+        self.polls[job_id] = self.polls.get(job_id, 0) + 1
+        if self.state[job_id] == "running" and (lr != self.slow_lr or self.polls[job_id] % 2 == 0):
+            self.epochs[job_id] += 1  # the slow learning rate's jobs: an epoch every second poll
             if lr == self.fail_lr:
                 self.state[job_id] = "failed"
             elif self.epochs[job_id] == 3:
@@ -83,6 +85,17 @@ def test_every_trial_ends_done_or_pruned_and_pruned_jobs_are_cancelled(tmp_path)
     assert sorted(jobs.cancelled) == sorted(r.job_id for r in pruned)
     assert all(jobs.epochs[r.job_id] < 3 for r in pruned)  # stopped before their last epoch
     assert len(by_lr) == 4  # the whole grid
+
+
+def test_a_trial_whose_epoch_came_before_the_others_finished_is_pruned_when_they_finish():
+    """Three at once: the two good trials finish (poll 3) while the bad one, slower, is between
+    its epochs 1 and 2. Its epoch 1 came when no trial had finished (prune_after=1: no verdict);
+    it is judged again as they finish, and stopped at epoch 1, not left to run on."""
+    study, jobs = grid_study(), FakeJobs(slow_lr=0.0001)
+    lines = sweep(study, jobs, n=3, parallel=3)
+    [bad] = [r for r in results.rows(study.trials) if r.params["optimizer.lr"] == 0.0001]
+    assert bad.state == "pruned" and bad.epochs == {1: 0.1} and jobs.epochs[bad.job_id] == 1, lines
+    assert jobs.cancelled == [bad.job_id] and f"trial {bad.number}: pruned at epoch 1 (val_accuracy 0.1000)" in lines
 
 
 def test_a_failed_job_is_a_failed_trial_with_its_reason():
