@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hvdcls import launch
+from hvdcls import launch, status_file
 from tests.prometheus_server import PrometheusServer, dashboard_queries
 from tests.run_files import read_json, read_metrics
 
@@ -289,6 +289,10 @@ def elastic_workload(tmp_path_factory):
         seen["F running"] = server.wait(waiting, lambda j: j["pid"] is not None)
         seen["E shrunk"] = server.job(elastic)
         server.wait(elastic, lambda j: "elastic: 1 worker(s)" in read_log(j))
+        # F is cancelled once E has committed at 1 worker (commit_every 5): the grow back must
+        # not come before that, or nothing shows E trained at that size.
+        shrunk = steps_at_one_worker(server.wait(elastic, lambda j: steps_at_one_worker(j) is not None))
+        server.wait(elastic, lambda j: (steps_at_one_worker(j) or 0) > shrunk + 5)
         server.http.post(f"/jobs/{waiting}/cancel")
         seen["F"] = server.wait(waiting, lambda j: j["state"] in FINAL)
         seen["E"] = server.wait(elastic, lambda j: j["state"] in FINAL)
@@ -296,6 +300,15 @@ def elastic_workload(tmp_path_factory):
     finally:
         end_everything(server)
     return seen
+
+
+def steps_at_one_worker(job: dict):
+    """The run's step count (epochs done x steps per epoch + this epoch's) while its status.json
+    says 1 worker; None at any other size or before a step."""
+    status = status_file.read(Path(job["run_dir"]))
+    if not status or status.world_size != 1 or status.step is None or not status.epoch:
+        return None
+    return (status.epoch - 1) * (status.steps_per_epoch or 0) + status.step
 
 
 def read_log(job: dict) -> str:
