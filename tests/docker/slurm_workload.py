@@ -126,6 +126,8 @@ def follow_elastic(job_id: int) -> None:
     log = service.http.get(f"/jobs/{job_id}/logs").text
     out["E elastic lines"] = [line for line in log.splitlines() if "elastic: " in line]
     out["E log tail"] = log.splitlines()[-60:]  # why, should it fail (its message is stderr's end)
+    errors = service.http.get(f"/jobs/{job_id}/logs", params={"stream": "stderr"}).text
+    out["E stderr"] = [line for line in errors.splitlines() if "it/s]" not in line][-200:]  # no progress bars
     out["E status"] = run("hvdcls", "status", str(job_id))
     out["E sinfo"] = run("sinfo", "--noheader", "--Node", "--format=%N %T").splitlines()
     print(json.dumps(out))

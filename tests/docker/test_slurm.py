@@ -111,7 +111,8 @@ def test_an_elastic_job_loses_a_node_and_finishes_on_the_other(workload):
     before, e, summary = workload["E before"], workload["E"], workload["E summary"]
     assert before["state"] == "running" and before["hosts"] == {"node1": 2, "node2": 2}, before
     assert e["state"] == "succeeded" and e["exit_status"] == 0, "\n".join(
-        [e["message"], "elastic lines:", *workload["E elastic lines"], "log tail:", *workload["E log tail"]])
+        [e["message"], "elastic lines:", *workload["E elastic lines"], "log tail:", *workload["E log tail"],
+         "stderr:", *workload["E stderr"]])
     assert e["hosts"] == {"node1": 2} and e["resizes"] == 1, e  # the discovery's record, followed
     assert (summary["world_size"], summary["rank_hosts"]) == (2, ["node1", "node1"]), summary["rank_hosts"]
     digests = summary["rank_weight_digests"]
