@@ -2,10 +2,11 @@
 the bucket, each bucket all-reduced in place as soon as backward completes it) against
 hvd.DistributedOptimizer's per-tensor submission.
 
-    horovodrun -np 2 -H localhost:2 --gloo python bucket_hvd.py --variant bucket --out r.json
+    PYTHONPATH=benchmarks horovodrun -np 2 -H localhost:2 --gloo \
+        python benchmarks/results/2026-12-05-bucketed-allreduce/bucket_hvd.py --variant bucket --out r.json
 """
-import sys
-sys.path.insert(0, "/work/main/benchmarks")
+import time
+
 import horovod
 import horovod.torch as hvd
 import torch
@@ -15,13 +16,12 @@ from torch_input import batches
 from torch_step import pick_device, plain_step
 
 BUCKET_BYTES = 25 << 20
-SLEEP = False
-import time
 
 
 class Bucketed:
-    def __init__(self, optimizer, params, bucket_bytes):
+    def __init__(self, optimizer, params, bucket_bytes, sleep=False):
         self.optimizer, self.params = optimizer, [p for p in params if p.requires_grad]
+        self.sleep = sleep  # wait for the handles with hvd.poll and short sleeps, not a busy wait
         order = list(reversed(self.params))  # backward makes the last layers' first
         self.buckets, current, size = [], [], 0
         for p in order:
@@ -61,7 +61,7 @@ class Bucketed:
 
     def step(self):
         for handle in self.handles:
-            if SLEEP:
+            if self.sleep:
                 while not hvd.poll(handle):
                     time.sleep(0.0002)
             hvd.synchronize(handle)
@@ -77,10 +77,8 @@ def main() -> None:
     model = torchvision.models.get_model(args.model, weights=None, num_classes=10).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    global SLEEP
-    SLEEP = args.variant == "bsleep"
     if args.variant in ("bucket", "bsleep"):
-        optimizer = Bucketed(optimizer, list(model.parameters()), BUCKET_BYTES)
+        optimizer = Bucketed(optimizer, list(model.parameters()), BUCKET_BYTES, sleep=args.variant == "bsleep")
         step = plain_step(model, optimizer, device)
     elif args.variant == "nocomm":  # the same ranks, no gradient exchange at all
         step = plain_step(model, optimizer, device)
@@ -88,7 +86,7 @@ def main() -> None:
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
         step = plain_step(model, optimizer, device, horovod_optimizer=True)
     timings = measure(step, batches(args, hvd.rank(), hvd.size(), device), args)
-    digest = hvd.allgather_object(float(sum(p.double().sum() for p in model.parameters())))
+    digest = hvd.allgather_object(float(sum(p.detach().double().sum() for p in model.parameters())))
     if hvd.rank() == 0:
         write(args, args.variant, "torch", hvd.size(), sum(p.numel() for p in model.parameters()), timings,
               {"torch": torch.__version__, "horovod": horovod.__version__}, {"digests": digest})
