@@ -291,7 +291,7 @@ def elastic_workload(tmp_path_factory):
         server.wait(elastic, lambda j: "elastic: 1 worker(s)" in read_log(j))
         # F is cancelled once E has committed at 1 worker (commit_every 5): the grow back must
         # not come before that, or nothing shows E trained at that size.
-        shrunk = steps_at_one_worker(server.wait(elastic, lambda j: steps_at_one_worker(j) is not None))
+        shrunk = steps_at_one_worker(server.wait(elastic, lambda j: steps_at_one_worker(j) is not None)) or 0
         server.wait(elastic, lambda j: (steps_at_one_worker(j) or 0) > shrunk + 5)
         server.http.post(f"/jobs/{waiting}/cancel")
         seen["F"] = server.wait(waiting, lambda j: j["state"] in FINAL)
