@@ -13,14 +13,42 @@ from __future__ import annotations
 import abc
 import os
 import socket
+import time
 from contextlib import nullcontext
 from importlib import metadata
 from types import ModuleType
-from typing import Any, Callable, ContextManager, Optional
+from typing import Any, Callable, ContextManager, Iterable, Optional
 
 from hvdcls.backend import Backend, Context, threads_per_process
 from hvdcls.config import Config
 from hvdcls.powersgd import ByteCounter
+
+# horovod.wait=sleep: the nap between two polls of an unfinished handle. Long enough that a
+# waiting rank wakes a few hundred times a step at most, short against a step that has
+# megabytes to all-reduce (the bench: 1 ms beat 100 us and a 50 us..1 ms back-off, and spinning).
+WAIT_NAP_SECONDS = 1e-3
+# horovod.wait=auto sleeps when a step's gradients are larger than this, else spins. Measured
+# at np=2 on 2 cores (docs/horovod-settings.md): sleeping won 8-10 % with ResNet-18's 45 MB and
+# ResNet-50's 94 MB, whose all-reduce keeps Horovod's thread busy for tens of milliseconds;
+# it lost 6 % with a 0.3 MB CNN, whose wait is the background cycle's latency, where a nap's
+# overshoot costs and the spin takes nothing from a thread with work to do.
+AUTO_SLEEP_ABOVE_BYTES = 16 * 2**20
+
+
+def waits_asleep(wait: str, gradient_bytes: int) -> bool:
+    """horovod.wait (auto, sleep or spin) for a model whose gradients are `gradient_bytes`."""
+    return wait == "sleep" or (wait == "auto" and gradient_bytes > AUTO_SLEEP_ABOVE_BYTES)
+
+
+def sleep_until_done(handles: Iterable[Any], poll: Callable[[Any], bool],
+                     nap: float = WAIT_NAP_SECONDS) -> None:
+    """Sleep until `poll` says each handle is done, so that the binding's own synchronize()
+    then finds nothing left to wait for. Horovod's synchronize() loops on `yield` instead: with
+    one core a rank, that loop competes for the core with the threads that finish the
+    all-reduce it waits for (docs/horovod-settings.md)."""
+    for handle in handles:
+        while not poll(handle):
+            time.sleep(nap)
 
 
 class HorovodBackend(Backend):

@@ -26,9 +26,9 @@ from hvdcls.backend import LazyArrays, Sums, add
 from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.errors import UserError
-from hvdcls.horovod_backend import HorovodBackend
+from hvdcls.horovod_backend import HorovodBackend, sleep_until_done, waits_asleep
 from torch_backend import compiled, data, elastic, models, optimizers, recompute, zero
-from torch_backend.compression import PowerSGDReducer
+from torch_backend.compression import PowerSGDReducer, horovod_exchange
 from torch_backend.sync_bn import SyncBatchNorm
 
 CHECKPOINT_FILE = "torch.pt"
@@ -122,16 +122,19 @@ class TorchBackend(HorovodBackend):
         self.last_allreduce_wait: float | None = None
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         shapes = [tuple(p.shape) for p in self.params]
+        # horovod.wait: poll and nap (not Horovod's spin) while the all-reduces run
+        self.wait_asleep = waits_asleep(hv.wait, powersgd.dense_bytes(shapes))
         self.reducer: PowerSGDReducer | None = None
         self.sharded: zero.ShardedOptimizer | None = None
         if config.training.zero:  # training.zero: the same step, by slices (torch_backend/zero.py)
             self.optimizer = self.sharded = zero.ShardedOptimizer(
                 list(self.model.parameters()), lambda params: make_optimizer(params, config),
-                config.training.zero, fp16=hv.compression == "fp16")
+                config.training.zero, fp16=hv.compression == "fp16", wait_asleep=self.wait_asleep)
             self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
             self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
         elif hv.compression == "powersgd":  # our own reduction after backward, then a plain step
-            self.reducer = PowerSGDReducer(shapes, hv.powersgd, self.device)
+            self.reducer = PowerSGDReducer(shapes, hv.powersgd, self.device,
+                                           exchange=horovod_exchange(self.wait_asleep))
             self.optimizer = make_optimizer(self.model.parameters(), config)
             self.counter = self.reducer.counter
         else:
@@ -154,6 +157,7 @@ class TorchBackend(HorovodBackend):
                 "channels_last": channels_last, "compile": config.training.compile, "zero": config.training.zero,
                 "amp_dtype": str(self.dtype).replace("torch.", "") if self.dtype else None,
                 "horovod": {"compression": hv.compression, "op": hv.op, "sync_bn": hv.sync_bn,
+                            "wait": "sleep" if self.wait_asleep else "spin",
                             "backward_passes_per_step": hv.backward_passes_per_step}}
 
     def loader(self, batches: EpochBatches, workers: int):
@@ -203,6 +207,8 @@ class TorchBackend(HorovodBackend):
         else:
             self.waiting_for_allreduce()
             started = time.perf_counter()
+            if self.wait_asleep and self.sharded is None:
+                self._sleep_until_reduced()
             self.optimizer.synchronize()  # Horovod: wait for the all-reduced gradients
             self.last_allreduce_wait = time.perf_counter() - started
             self._unscale_and_clip()
@@ -357,6 +363,15 @@ class TorchBackend(HorovodBackend):
 
     def weights(self) -> LazyArrays:
         return LazyArrays({name: partial(host_copy, t) for name, t in self.model.state_dict().items()})
+
+    def _sleep_until_reduced(self) -> None:
+        """horovod.wait=sleep: nap until every all-reduce the backward hooks started is done,
+        so that DistributedOptimizer.synchronize() then collects them without its spin.
+        Its `_handles` ({parameter or group: (handle, context)}, Horovod 0.28.1) is the one
+        place those handles are kept; a hook that did not fire leaves None (synchronize()
+        starts that one itself)."""
+        pending = [handle for handle, _ in self.optimizer._handles.values() if isinstance(handle, int)]
+        sleep_until_done(pending, hvd.poll)  # Horovod
 
     def memory(self) -> dict[str, int]:
         # Gradients as they are held now: after a step, every trained parameter's (the next

@@ -13,19 +13,27 @@ import torch
 
 from hvdcls import powersgd
 from hvdcls.config import PowerSGDConfig
+from hvdcls.horovod_backend import sleep_until_done
 
 # (tensors, name) -> a handle; handle -> the ranks' averages, in order.
 Start = Callable[[list, str], object]
 Wait = Callable[[object], list]
 
 
-def horovod_exchange() -> tuple[Start, Wait]:
+def horovod_exchange(asleep: bool = False) -> tuple[Start, Wait]:
+    """Horovod's grouped all-reduce; `asleep` (horovod.wait=sleep): its wait naps between
+    polls instead of Horovod's spin (hvdcls.horovod_backend.sleep_until_done)."""
     import horovod.torch as hvd
 
     def start(tensors: list, name: str):
         return hvd.grouped_allreduce_async(tensors, op=hvd.Average, name=name)  # Horovod
 
-    return start, hvd.synchronize  # Horovod
+    def wait(handle) -> list:
+        if asleep:
+            sleep_until_done([handle], hvd.poll)  # Horovod
+        return hvd.synchronize(handle)  # Horovod
+
+    return start, wait
 
 
 def local_exchange() -> tuple[Start, Wait]:

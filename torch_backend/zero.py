@@ -33,6 +33,7 @@ import torch
 
 from hvdcls import fileio
 from hvdcls.errors import UserError
+from hvdcls.horovod_backend import sleep_until_done
 from hvdcls.zero import BUCKET_ELEMENTS, Bucket, fill_from, find_shards, plan, shard_file_name
 
 MakeOptimizer = Callable[[list], torch.optim.Optimizer]
@@ -51,8 +52,9 @@ def refuse_what_breaks(zero: int, loss_scaled: bool) -> None:
 
 class ShardedOptimizer:
     def __init__(self, params: list[torch.Tensor], make_optimizer: MakeOptimizer, level: int,
-                 fp16: bool = False, bucket_elements: int = BUCKET_ELEMENTS):
+                 fp16: bool = False, bucket_elements: int = BUCKET_ELEMENTS, wait_asleep: bool = False):
         self.params, self.level, self.fp16 = params, level, fp16
+        self.wait_asleep = wait_asleep  # horovod.wait=sleep: nap between polls, not Horovod's spin
         self.rank, self.size = hvd.rank(), hvd.size()
         self.buckets = plan([p.numel() for p in params], self.size, bucket_elements)
         self.shards = [torch.zeros(b.shard, dtype=torch.float32, device=params[0].device)
@@ -167,6 +169,8 @@ class ShardedOptimizer:
 
     def _finish_oldest(self) -> None:
         b, handle, work, sent = self.in_flight.popleft()
+        if self.wait_asleep:
+            sleep_until_done([handle], hvd.poll)
         out = hvd.synchronize(handle)
         if self.level == 1:  # a view of the buffer: copied out before the buffer is reused
             part = sent[slice(*self.buckets[b].slice(self.rank))]

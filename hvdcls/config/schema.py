@@ -9,7 +9,7 @@ from typing import List, Literal, Optional, Union
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "ModelConfig", "AugmentConfig", "SyntheticConfig",
            "DataConfig", "LRFindConfig", "OptimizerConfig", "AUTO_LR", "DEFAULT_LR", "REFERENCE_BATCH", "peak_lr",
            "lr_scale", "numeric_lr", "worker_lr", "ScheduleConfig",
-           "BalancingConfig", "TrainingConfig", "PowerSGDConfig", "Compression", "HorovodConfig",
+           "BalancingConfig", "TrainingConfig", "PowerSGDConfig", "Compression", "Wait", "HorovodConfig",
            "OutputConfig", "Config", "SECTIONS"]
 
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
@@ -228,6 +228,7 @@ class PowerSGDConfig:
 
 
 Compression = Literal["none", "fp16", "powersgd"]  # the bench's --compression too
+Wait = Literal["auto", "sleep", "spin"]  # the bench's --wait too
 
 
 @dataclass
@@ -246,6 +247,12 @@ class HorovodConfig:
     autotune_log: Optional[str] = None
     timeline: Optional[str] = None
     sync_bn: bool = False
+    # How a torch rank waits for its all-reduces after backward: sleep (poll the handles, a
+    # nap of a millisecond between polls), spin (Horovod's synchronize(), a yield loop that
+    # takes the core from the threads finishing the all-reduce), or auto: sleep where the
+    # gradients are over 16 MB, else spin. TensorFlow's ops block in TensorFlow's executor
+    # either way. docs/horovod-settings.md has the measurements.
+    wait: Wait = "auto"
     # Horovod's stall inspector: a collective that some ranks submitted and others did not for
     # this long is reported, naming the missing ranks (0: no check) ...
     stall_check_seconds: int = 60

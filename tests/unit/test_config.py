@@ -152,6 +152,7 @@ def test_bad_key_in_file_names_the_file_and_key(tmp_path):
     ("training.device=tpu", "training.device"),
     ("horovod.compression=bf16", "horovod.compression"),
     ("horovod.op=sum", "horovod.op"),
+    ("horovod.wait=yield", "horovod.wait"),
     ("output.progress=fancy", "output.progress"),
     ("data.bad_files=ignore", "data.bad_files"),
 ])
