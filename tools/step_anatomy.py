@@ -57,6 +57,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--fusion-threshold-mb", type=float, default=bench.BenchSpec.fusion_threshold_mb)
     parser.add_argument("--cycle-time-ms", type=float, default=bench.BenchSpec.cycle_time_ms)
+    parser.add_argument("--wait", default="auto", choices=bench.WAITS, help="horovod.wait of the hvdcls stack")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="more environment for every launch (e.g. HOROVOD_CYCLE_TIME=1)")
     parser.add_argument("--profile-seconds", type=float, default=6.0)
@@ -78,7 +79,7 @@ def spec_of(args: argparse.Namespace) -> bench.BenchSpec:
 def launch_cell(stack: str, args: argparse.Namespace, directory: Path, probe: bool) -> subprocess.Popen:
     """The stack's bench cell with the anatomy probe on, started (not waited for)."""
     spec = spec_of(args)
-    cell = bench.Cell(STACKS[stack], "torch", args.np, "none", args.batch_size, args.model)
+    cell = bench.Cell(STACKS[stack], "torch", args.np, "none", args.batch_size, args.model, wait=args.wait)
     directory.mkdir(parents=True, exist_ok=True)
     flags = ["--anatomy", str(directory)] + (["--anatomy-hooks"] if probe else [])
     env = bench.environment(cell, spec)

@@ -36,7 +36,7 @@ from typing import Optional
 from hvdcls import fileio, gpu, horovod_env, launch, registry, zero
 from hvdcls.bench import data as bench_data
 from hvdcls.bench import guard, peers, sharding, slow
-from hvdcls.config import Compression, HorovodConfig
+from hvdcls.config import Compression, HorovodConfig, Wait
 from hvdcls.errors import UserError
 from hvdcls.flags import option
 
@@ -50,6 +50,7 @@ BYTES_PER_ELEMENT = {"none": 4, "fp16": 2}
 COMPRESSIONS = typing.get_args(Compression)  # what horovod.compression accepts
 # Raw Horovod has no PowerSGD; DDP has its own (torch.distributed's powerSGD_hook); MWMS no compression.
 NO_BASELINE = {("raw-horovod", "powersgd"), *peers.UNSUPPORTED}
+WAITS = typing.get_args(Wait)  # what horovod.wait accepts
 
 
 @dataclass
@@ -104,6 +105,10 @@ class BenchSpec:
     zeros: list[int] = option([0], flag="--zero", choices=zero.LEVELS,
                               help="training.zero of the hvdcls cells (1: optimizer state sharded, "
                               "2: gradients too); the baselines run beside zero 0 only")
+    waits: list[str] = option(["auto"], flag="--wait", choices=WAITS,
+                              help="horovod.wait of the torch hvdcls cells (sleep: poll the "
+                              "all-reduces with naps; spin: Horovod's synchronize(); auto: sleep "
+                              "over 16 MB of gradients); TensorFlow's wait is TensorFlow's either way")
     slow_rank: Optional[str] = option(None, help="RANK=FRACTION: that rank of every np>1 cell runs "
                                       "with FRACTION of the CPU of the others (a cgroup; root), "
                                       "e.g. 1=0.5; DDP cells are left out")
@@ -121,10 +126,11 @@ class Cell:
     balance: str = "off"  # training.balance (hvdcls cells with np > 1)
     compile: str = "off"  # training.compile (hvdcls cells)
     zero: int = 0  # training.zero (hvdcls cells)
+    wait: str = "auto"  # horovod.wait (torch hvdcls cells; the baselines keep the default label)
 
     def key(self) -> tuple:
         return (self.backend, self.np, self.compression, self.batch_size, self.model, self.data,
-                self.balance, self.compile, self.zero)
+                self.balance, self.compile, self.zero, self.wait)
 
     def file_name(self) -> str:
         return f"{self.runner}-{'-'.join(map(str, self.key()))}.json"
@@ -149,12 +155,15 @@ def cells(spec: BenchSpec) -> list[Cell]:
     # each compiled cell right after its plain one: a round measures the two side by side
     out = [replace(c, compile=mode) for c in out for mode in spec.compiles]
     out = [replace(c, zero=level) for c in out for level in spec.zeros]  # the same, by level
+    # torch's waits side by side too; TensorFlow's cells have one (it waits in TensorFlow)
+    out = [replace(c, wait=wait) for c in out
+           for wait in (spec.waits if c.backend == "torch" else spec.waits[:1])]
     if spec.baselines:
         runners = [r for r in spec.baseline_runners if r == "raw-horovod" or not spec.slow_rank]
         if spec.link_mbit:  # the peers that cross the namespaces; the others would not be comparable
             runners = [r for r in runners if r == "raw-horovod" or r in peers.ACROSS_LINK]
-        out += [Cell(runner, c.backend, *c.key()[1:]) for c in list(out)
-                if c.balance == "off" and c.compile == "off" and c.zero == 0
+        out += [Cell(runner, c.backend, *c.key()[1:-1]) for c in list(out)
+                if c.balance == "off" and c.compile == "off" and c.zero == 0 and c.wait == spec.waits[0]
                 for runner in runners if (runner, c.backend) in BASELINE_SCRIPTS
                 and (runner, c.compression) not in NO_BASELINE
                 and c.data != "lmdb"]  # LMDB is our own format: no plain loop reads it
@@ -177,7 +186,7 @@ def worker_args(cell: Cell, spec: BenchSpec, out: Path) -> list[str]:
 def hvdcls_worker_args(cell: Cell, spec: BenchSpec, out: Path) -> list[str]:
     """hvdcls.bench.worker's flags: the baselines' and the settings only hvdcls has."""
     return ["--backend", cell.backend, *worker_args(cell, spec, out), "--balance", cell.balance,
-            "--compile", cell.compile, "--zero", str(cell.zero)]
+            "--compile", cell.compile, "--zero", str(cell.zero), "--wait", cell.wait]
 
 
 def command(cell: Cell, spec: BenchSpec, out: Path, hosts=None, throttle=None) -> list[str]:
@@ -345,7 +354,9 @@ def add_ratios(results: list[dict]) -> None:
         mine = speed[(r["runner"], key)]
         single_key = (r["runner"], replace(cell, np=1, compression="none", balance="off").key())
         single = speed.get(single_key)
-        raw, peer = speed.get(("raw-horovod", key)), speed.get((peers.peer(r["backend"]), key))
+        baseline_key = replace(cell, wait="auto").key()  # the label the baselines' cells keep
+        raw = speed.get(("raw-horovod", baseline_key))
+        peer = speed.get((peers.peer(r["backend"]), baseline_key))
         r["scaling_efficiency"] = mine / (r["np"] * single) if single else None
         r["vs_raw_horovod"] = mine / raw if raw and r["runner"] == "hvdcls" else None
         # against the framework's own data parallelism: DDP for torch, MWMS for TensorFlow
@@ -355,6 +366,8 @@ def add_ratios(results: list[dict]) -> None:
         r["vs_balance_off"] = mine / off if off and r["balance"] != "off" else None
         plain = speed.get((r["runner"], replace(cell, compile="off").key()))
         r["vs_compile_off"] = mine / plain if plain and r["compile"] != "off" else None
+        spun = speed.get((r["runner"], replace(cell, wait="spin").key()))
+        r["vs_wait_spin"] = mine / spun if spun and r["runner"] == "hvdcls" and cell.wait != "spin" else None
         twin = good.get((r["runner"], replace(cell, zero=0).key())) if cell.zero else None
         sharding.add_ratios(r, twin, good.get(single_key) if cell.np > 1 else None)
 

@@ -54,7 +54,7 @@ def best_against_peers(results: list[dict]) -> list[dict]:
     best: dict[tuple, dict[str, dict]] = {}
     for r in results:
         plain = (r.get("balance", "off") == "off" and r.get("compile", "off") == "off"
-                 and r.get("zero", 0) == 0)
+                 and r.get("zero", 0) == 0 and r.get("wait", "auto") == "auto")
         if "error" in r or r["np"] < 2 or not plain or r["runner"] not in ("hvdcls", peer(r["backend"])):
             continue
         setting = (r["backend"], r["np"], r["batch_size"], r["model"], r.get("data", "memory"))

@@ -9,9 +9,9 @@ from hvdcls.bench.guard import BUSY_SHARE
 from hvdcls.bench.sharding import SHARDED
 
 COLUMNS = ["runner", "backend", "np", "compression", "batch", "model", "data", "balance", "compile",
-           "zero", "img/s (median)", "spread", "img/s/worker", "scaling eff.", "step ms", "1st step s",
+           "zero", "wait", "img/s (median)", "spread", "img/s/worker", "scaling eff.", "step ms", "1st step s",
            "allreduce wait", "data wait", "MB/step", "vs raw Horovod", "Horovod/peer",
-           "vs balance off", "vs compile off", "vs zero 0", "param MB", "grad MB", "opt state MB",
+           "vs balance off", "vs compile off", "vs zero 0", "vs wait spin", "param MB", "grad MB", "opt state MB",
            "peak RSS MB", "opt state vs np=1", "grad vs np=1", "outside CPU"]
 MEMORY = ("param_bytes", "grad_bytes", "optimizer_state_bytes", "peak_rss_bytes")  # rank 0's
 
@@ -27,7 +27,7 @@ def megabytes(num_bytes):
 def row(cell: dict) -> list[str]:
     head = [cell["runner"], cell["backend"], str(cell["np"]), compression_label(cell),
             str(cell["batch_size"]), cell["model"], data_label(cell), balance_label(cell),
-            cell.get("compile", "off"), str(cell.get("zero", 0))]
+            cell.get("compile", "off"), str(cell.get("zero", 0)), wait_setting(cell)]
     if "error" in cell:
         return head + [f"failed: {cell['error'][:80]}"] + [""] * (len(COLUMNS) - len(head) - 1)
     ips = cell["images_per_sec"]
@@ -40,7 +40,14 @@ def row(cell: dict) -> list[str]:
                    fmt(megabytes(cell["allreduce_bytes_per_step"]), "{:.2f}"),
                    fmt(cell["vs_raw_horovod"]), fmt(cell.get("horovod_vs_peer")),
                    fmt(cell.get("vs_balance_off")), fmt(cell.get("vs_compile_off")),
-                   fmt(cell.get("vs_zero_0")), *memory_labels(cell), outside_label(cell)]
+                   fmt(cell.get("vs_zero_0")), fmt(cell.get("vs_wait_spin")), *memory_labels(cell),
+                   outside_label(cell)]
+
+
+def wait_setting(cell: dict) -> str:
+    """horovod.wait of a torch hvdcls cell; "-" where it does not apply (the baselines,
+    TensorFlow) or the report predates it (those torch cells spun)."""
+    return cell.get("wait", "-") if cell["runner"] == "hvdcls" and cell["backend"] == "torch" else "-"
 
 
 def memory_labels(cell: dict) -> list[str]:
@@ -119,7 +126,9 @@ def markdown(report: dict) -> str:
              "compile: training.compile (torch.compile / XLA); 1st step s: the first step, "
              "which compiles when it is on (untimed, as are the steps after it); zero: "
              "training.zero (1: optimizer state sharded, 2: gradients too), vs zero 0 its img/s "
-             "over the zero 0 cell's; param/grad/opt state MB: rank 0's tensors after the timed "
+             "over the zero 0 cell's; wait: horovod.wait (torch; sleep: the all-reduces polled "
+             "with naps, spin: Horovod's synchronize(), auto: sleep over 16 MB of gradients), "
+             "vs wait spin its img/s over the spin cell's; param/grad/opt state MB: rank 0's tensors after the timed "
              "steps, counted from them, and its peak RSS; opt state/grad vs np=1: those bytes "
              "over the np=1 cell's at the same zero (0.50: halved per rank); Horovod/peer: "
              "against the framework's own data parallelism, DDP (torch; powersgd in one bucket) "

@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import os
 import time
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +26,7 @@ from hvdcls import allocator, fileio, horovod_env, registry, zero
 from hvdcls import config as cfg
 from hvdcls.bench import anatomy
 from hvdcls.bench import data as bench_data
+from hvdcls.config import Wait
 from hvdcls.data import datasets
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.data.sharding import TrainShards
@@ -37,10 +38,6 @@ BALANCE_SETTLE_STEPS = 15  # --balance dynamic: untimed steps for the plan to se
 # --compile on: untimed steps after the first (which compiles), before the warm-up; a graph
 # that recompiles (a guard that fails on the second call) does it within these
 COMPILE_SETTLE_STEPS = 3
-# Experimental, off unless set (issue 27, phase A): "sleep" or "sleep:MICROSECONDS" makes the
-# torch step wait for its all-reduces by polling with a pause between polls, before Horovod's
-# synchronize() (whose wait spins on sched_yield, taking the core the communication needs).
-EXPERIMENTAL_WAIT = "HVDCLS_BENCH_WAIT"
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -67,6 +64,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="on: training.compile (torch.compile / XLA)")
     parser.add_argument("--zero", type=int, default=0, choices=zero.LEVELS,
                         help="training.zero: 1 optimizer state sharded, 2 gradients too")
+    parser.add_argument("--wait", default="auto", choices=typing.get_args(Wait),
+                        help="horovod.wait: how a torch rank waits for its all-reduces")
     parser.add_argument("--anatomy", type=Path, metavar="DIR",
                         help="tools/step_anatomy.py: each rank's thread counters over the timed "
                         "steps into DIR (hvdcls.bench.anatomy)")
@@ -105,7 +104,7 @@ def cell_config(args: argparse.Namespace) -> cfg.Config:
         f"horovod.powersgd.rank={args.powersgd_rank}",
         f"horovod.powersgd.start_iter={max(0, args.warmup - 1)}",
         f"training.balance={args.balance}", f"training.compile={str(args.compile == 'on').lower()}",
-        f"training.zero={args.zero}",
+        f"training.zero={args.zero}", f"horovod.wait={args.wait}",
     ], {})
 
 
@@ -193,29 +192,6 @@ def measured_reps(backend, feed: Feed, args: argparse.Namespace, data_wait: Load
     return reps
 
 
-def sleeping_wait(backend, setting: str | None) -> None:
-    """HVDCLS_BENCH_WAIT=sleep[:µs] (experimental, torch only): the optimizer's synchronize()
-    first sleeps until every outstanding all-reduce handle is done (Horovod's poll), then runs
-    Horovod's own, which then finds nothing left to wait for. The update is unchanged."""
-    optimizer = getattr(backend, "optimizer", None)
-    if not setting or optimizer is None or not hasattr(optimizer, "_handles"):
-        return  # Horovod's DistributedOptimizer only (not TensorFlow, not torch's PowerSGD)
-    if not setting.startswith("sleep"):
-        raise SystemExit(f"{EXPERIMENTAL_WAIT}={setting}: use sleep or sleep:MICROSECONDS")
-    pause = float(setting.partition(":")[2] or 100) / 1e6
-    from horovod.torch import poll  # the torch backend's binding, already loaded by it
-
-    synchronize = optimizer.synchronize
-
-    def wait_then_synchronize():
-        for handle, _ in list(optimizer._handles.values()):  # (handle, ctx) per parameter
-            while handle is not None and not poll(handle):
-                time.sleep(pause)
-        return synchronize()
-
-    optimizer.synchronize = wait_then_synchronize
-
-
 def anatomy_probe(args: argparse.Namespace, backend, rank: int) -> anatomy.Probe | None:
     """--anatomy: the probe, its step timer on the backend's train_step and, with hooks, a
     gradient-ready hook on every parameter of a torch model (TensorFlow's step is one graph)."""
@@ -254,7 +230,6 @@ def main(argv: list[str] | None = None) -> int:
         timed_steps(backend, feed, COMPILE_SETTLE_STEPS)
     if args.balance == "dynamic":  # the plan settles before timing starts
         timed_steps(backend, feed, BALANCE_SETTLE_STEPS)
-    sleeping_wait(backend, os.environ.get(EXPERIMENTAL_WAIT))
     probe = anatomy_probe(args, backend, ctx.rank)
     reps = measured_reps(backend, feed, args, data_wait, probe.window() if probe else None)
     # after the timed steps: the optimizer state and the gradients exist (every rank: a collective)
@@ -279,7 +254,6 @@ def result(args: argparse.Namespace, ctx, info: dict, settings: dict, reps: list
         "images_per_sec": [args.batch_size * ctx.size / seconds for seconds in per_step],
         "allreduce_bytes_per_step": bytes_per_step,
         "device": args.device, "horovod_settings": settings, "versions": ctx.versions,
-        "experimental_wait": os.environ.get(EXPERIMENTAL_WAIT),
         "allocator": allocator.loaded(),
     }
     if args.data != "memory":  # rank 0's own wait; every rank reads the same way
