@@ -281,6 +281,7 @@ def merge_rounds(raws: list[dict]) -> dict:
     """One raw result from several rounds: the repetitions of every round together."""
     merged = dict(raws[0])
     merged["outside"] = [stretch for raw in raws for stretch in raw.get("outside", [])]
+    merged["round_medians"] = [statistics.median(raw["images_per_sec"]) for raw in raws]
     for name in REPEATED:
         if name in merged:
             merged[name] = [value for raw in raws for value in raw[name]]
@@ -321,6 +322,7 @@ def summarise(cell: Cell, raw: dict) -> dict:
         buffer = raw["parameters"] * BYTES_PER_ELEMENT[cell.compression]
     return {**asdict(cell), "threads_per_rank": raw["threads"], "parameters": raw["parameters"],
             "images_per_sec": spread(raw["images_per_sec"]),
+            "images_per_sec_by_round": raw.get("round_medians"),  # each round's median
             "images_per_sec_per_worker": statistics.median(raw["images_per_sec"]) / cell.np,
             "step_seconds": spread(raw["step_seconds"]),
             "allreduce_wait_seconds": wait,
@@ -339,6 +341,15 @@ def summarise(cell: Cell, raw: dict) -> dict:
             # the peer's own settings: DDP's buckets and hook, MWMS's collective and its checks
             "runner_settings": raw.get("ddp") or raw.get("mwms"),
             **guard.summarise(raw.get("outside", []))}
+
+
+def by_round(mine: dict, other: Optional[dict]) -> Optional[list[float]]:
+    """Round r's median over the other cell's round r median, for each round both ran: the
+    rounds are interleaved, so each pair was measured minutes apart, not a run apart."""
+    ours, theirs = mine.get("images_per_sec_by_round"), (other or {}).get("images_per_sec_by_round")
+    if not ours or not theirs or len(ours) != len(theirs):
+        return None
+    return [a / b for a, b in zip(ours, theirs)]
 
 
 def add_ratios(results: list[dict]) -> None:
@@ -362,6 +373,8 @@ def add_ratios(results: list[dict]) -> None:
         # against the framework's own data parallelism: DDP for torch, MWMS for TensorFlow
         r["peer"] = peers.peer(r["backend"])
         r["horovod_vs_peer"] = mine / peer if peer and r["runner"] in ("hvdcls", "raw-horovod") else None
+        r["horovod_vs_peer_by_round"] = by_round(r, good.get((peers.peer(r["backend"]), baseline_key))) \
+            if r["horovod_vs_peer"] is not None else None
         off = speed.get((r["runner"], replace(cell, balance="off").key()))
         r["vs_balance_off"] = mine / off if off and r["balance"] != "off" else None
         plain = speed.get((r["runner"], replace(cell, compile="off").key()))

@@ -10,7 +10,7 @@ from hvdcls.bench.sharding import SHARDED
 
 COLUMNS = ["runner", "backend", "np", "compression", "batch", "model", "data", "balance", "compile",
            "zero", "wait", "img/s (median)", "spread", "img/s/worker", "scaling eff.", "step ms", "1st step s",
-           "allreduce wait", "data wait", "MB/step", "vs raw Horovod", "Horovod/peer",
+           "allreduce wait", "data wait", "MB/step", "vs raw Horovod", "Horovod/peer", "by round",
            "vs balance off", "vs compile off", "vs zero 0", "vs wait spin", "param MB", "grad MB", "opt state MB",
            "peak RSS MB", "opt state vs np=1", "grad vs np=1", "outside CPU"]
 MEMORY = ("param_bytes", "grad_bytes", "optimizer_state_bytes", "peak_rss_bytes")  # rank 0's
@@ -39,9 +39,15 @@ def row(cell: dict) -> list[str]:
                    fmt(cell.get("data_wait_share"), "{:.0%}"),
                    fmt(megabytes(cell["allreduce_bytes_per_step"]), "{:.2f}"),
                    fmt(cell["vs_raw_horovod"]), fmt(cell.get("horovod_vs_peer")),
+                   rounds_label(cell.get("horovod_vs_peer_by_round")),
                    fmt(cell.get("vs_balance_off")), fmt(cell.get("vs_compile_off")),
                    fmt(cell.get("vs_zero_0")), fmt(cell.get("vs_wait_spin")), *memory_labels(cell),
                    outside_label(cell)]
+
+
+def rounds_label(ratios) -> str:
+    """Each round's ratio, e.g. "1.01/0.97/1.00"; "-" for one round or none."""
+    return "/".join(f"{r:.2f}" for r in ratios) if ratios and len(ratios) > 1 else "-"
 
 
 def wait_setting(cell: dict) -> str:
@@ -132,7 +138,8 @@ def markdown(report: dict) -> str:
              "steps, counted from them, and its peak RSS; opt state/grad vs np=1: those bytes "
              "over the np=1 cell's at the same zero (0.50: halved per rank); Horovod/peer: "
              "against the framework's own data parallelism, DDP (torch; powersgd in one bucket) "
-             "or MultiWorkerMirroredStrategy (TensorFlow, uncompressed only)"
+             "or MultiWorkerMirroredStrategy (TensorFlow, uncompressed only), by round: that "
+             "ratio in each round, from the two cells' medians of the round"
              + slow_label(report["spec"]) + "; outside CPU: what processes other than the bench "
              "used while the cell ran (the worst round), as a share of the machine; `!`: over "
              f"{BUSY_SHARE:.0%}, so the cell's figures are not to be trusted.", "",

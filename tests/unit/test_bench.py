@@ -297,3 +297,19 @@ def test_best_compression_of_each_stack_and_the_one_bucket_note():
     assert "| hvdcls | torch | 2 | powersgd |" in text
     assert "| torch | 2 | 16 | m | memory | powersgd | 27.0 | ddp powersgd | 12.0 | 2.25 |" in text
     assert "; hvdcls's ranks on tcmalloc (HVDCLS_ALLOCATOR)\n" in text  # the worker's word, in the header
+
+
+def test_the_ratio_to_the_peer_is_also_given_round_by_round():
+    cell = bench.Cell("hvdcls", "torch", 2, "none", 16, "m")
+    ours = [{**raw([100.0, 104.0]), "outside": []}, {**raw([90.0]), "outside": []}, {**raw([99.0]), "outside": []}]
+    theirs = [{**raw([100.0]), "outside": []}, {**raw([100.0]), "outside": []}, {**raw([100.0]), "outside": []}]
+    results = [bench.summarise(cell, bench.merge_rounds(ours)),
+               bench.summarise(bench.replace(cell, runner="ddp"), bench.merge_rounds(theirs))]
+    bench.add_ratios(results)
+    mine = results[0]
+    assert mine["images_per_sec_by_round"] == [102.0, 90.0, 99.0]  # each round's median
+    assert mine["horovod_vs_peer"] == pytest.approx(99.5 / 100.0)  # the median of every repetition
+    assert mine["horovod_vs_peer_by_round"] == pytest.approx([1.02, 0.90, 0.99])
+    assert dict(zip(bench_report.COLUMNS, bench_report.row(mine)))["by round"] == "1.02/0.90/0.99"
+    one_round = bench.summarise(cell, bench.merge_rounds(ours[:1]))
+    assert bench_report.rounds_label(bench.by_round(one_round, results[1])) == "-"  # rounds differ

@@ -3,7 +3,9 @@ wait's polling, the cells, the worker's config, the ratios and the table."""
 import pytest
 
 from hvdcls import horovod_backend
-from hvdcls.bench import matrix as bench, report as bench_report, worker
+from hvdcls.bench import matrix as bench
+from hvdcls.bench import report as bench_report
+from hvdcls.bench import worker
 from tests.unit.test_bench import raw
 
 
@@ -70,3 +72,4 @@ def test_both_waits_are_compared_with_the_same_baselines_and_with_each_other():
     rows = {r["wait"] + r["runner"]: dict(zip(bench_report.COLUMNS, bench_report.row(r))) for r in results}
     assert rows["autohvdcls"]["wait"] == "auto" and rows["autohvdcls"]["vs wait spin"] == "1.10"
     assert rows["spinhvdcls"]["wait"] == "spin" and rows["autoddp"]["wait"] == "-"
+
