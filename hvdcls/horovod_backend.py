@@ -23,15 +23,15 @@ from hvdcls.backend import Backend, Context, threads_per_process
 from hvdcls.config import Config
 from hvdcls.powersgd import ByteCounter
 
-# horovod.wait=sleep: the nap between two polls of an unfinished handle. Long enough that a
-# waiting rank wakes a few hundred times a step at most, short against a step that has
-# megabytes to all-reduce (the bench: 1 ms beat 100 us and a 50 us..1 ms back-off, and spinning).
+# horovod.wait=sleep: the nap between two polls of an unfinished handle. A waiting rank wakes
+# about once a millisecond, short against a step with megabytes to all-reduce (ResNet-50 at
+# np=2 ran alike with naps of 0.5 to 4 ms; docs/benchmarks.md).
 WAIT_NAP_SECONDS = 1e-3
 # horovod.wait=auto sleeps when a step's gradients are larger than this, else spins. Measured
-# at np=2 on 2 cores (docs/horovod-settings.md): sleeping won 8-10 % with ResNet-18's 45 MB and
+# at np=2 on 2 cores (docs/horovod-settings.md): sleeping won 5-13 % with ResNet-18's 45 MB and
 # ResNet-50's 94 MB, whose all-reduce keeps Horovod's thread busy for tens of milliseconds;
-# it lost 6 % with a 0.3 MB CNN, whose wait is the background cycle's latency, where a nap's
-# overshoot costs and the spin takes nothing from a thread with work to do.
+# it lost 10-18 % with a 0.3 MB CNN, whose wait is the background cycle's latency, where a
+# nap's overshoot costs and the spin takes nothing from a thread with work to do.
 AUTO_SLEEP_ABOVE_BYTES = 16 * 2**20
 
 
