@@ -33,7 +33,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-from hvdcls import fileio, gpu, horovod_env, launch, registry, zero
+from hvdcls import fileio, gpu, horovod_env, launch, models, registry, zero
 from hvdcls.bench import data as bench_data
 from hvdcls.bench import guard, peers, sharding, slow
 from hvdcls.config import Compression, HorovodConfig, Wait
@@ -165,9 +165,15 @@ def cells(spec: BenchSpec) -> list[Cell]:
         out += [Cell(runner, c.backend, *c.key()[1:-1]) for c in list(out)
                 if c.balance == "off" and c.compile == "off" and c.zero == 0 and c.wait == spec.waits[0]
                 for runner in runners if (runner, c.backend) in BASELINE_SCRIPTS
-                and (runner, c.compression) not in NO_BASELINE
+                and (runner, c.compression) not in NO_BASELINE and plain_loops_build(c.model)
                 and c.data != "lmdb"]  # LMDB is our own format: no plain loop reads it
     return out
+
+
+def plain_loops_build(model: str) -> bool:
+    """The baselines build the frameworks' own models (torchvision's, Keras applications), not
+    hvdcls's compact_cnn: its cells run without them instead of as failed rows."""
+    return models.normalise_name(model) != models.normalise_name(models.COMPACT_CNN)
 
 
 def threads_per_rank(np: int) -> int:

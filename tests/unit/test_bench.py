@@ -313,3 +313,11 @@ def test_the_ratio_to_the_peer_is_also_given_round_by_round():
     assert dict(zip(bench_report.COLUMNS, bench_report.row(mine)))["by round"] == "1.02/0.90/0.99"
     one_round = bench.summarise(cell, bench.merge_rounds(ours[:1]))
     assert bench_report.rounds_label(bench.by_round(one_round, results[1])) == "-"  # rounds differ
+
+
+def test_no_baseline_is_launched_for_a_model_only_hvdcls_builds():
+    spec = bench.BenchSpec(backends=["torch", "tensorflow"], nps=[2], compressions=["none"],
+                           batch_sizes=[16], models=["compact_cnn", "resnet18"])
+    with_baselines = {(c.runner, c.model) for c in bench.cells(spec) if c.runner != "hvdcls"}
+    assert {model for _, model in with_baselines} == {"resnet18"}
+    assert {runner for runner, _ in with_baselines} == {"raw-horovod", "ddp", "mwms"}
