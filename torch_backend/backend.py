@@ -123,14 +123,15 @@ class TorchBackend(HorovodBackend):
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         shapes = [tuple(p.shape) for p in self.params]
         # horovod.wait: poll and nap (not Horovod's spin) while the all-reduces run
-        self.wait_asleep = waits_asleep(hv.wait, powersgd.dense_bytes(shapes))
+        dense_bytes = powersgd.dense_bytes(shapes)  # every gradient in float32
+        self.wait_asleep = waits_asleep(hv.wait, dense_bytes)
         self.reducer: PowerSGDReducer | None = None
         self.sharded: zero.ShardedOptimizer | None = None
         if config.training.zero:  # training.zero: the same step, by slices (torch_backend/zero.py)
             self.optimizer = self.sharded = zero.ShardedOptimizer(
                 list(self.model.parameters()), lambda params: make_optimizer(params, config),
                 config.training.zero, fp16=hv.compression == "fp16", wait_asleep=self.wait_asleep)
-            self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
+            self.counter = powersgd.ByteCounter(dense_bytes)
             self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
         elif hv.compression == "powersgd":  # our own reduction after backward, then a plain step
             self.reducer = PowerSGDReducer(shapes, hv.powersgd, self.device,
@@ -145,7 +146,7 @@ class TorchBackend(HorovodBackend):
                 compression=hvd.Compression.fp16 if hv.compression == "fp16" else hvd.Compression.none,
                 op=hvd.Adasum if hv.op == "adasum" else hvd.Average,
                 backward_passes_per_step=hv.backward_passes_per_step)
-            self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
+            self.counter = powersgd.ByteCounter(dense_bytes)
             self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
         self.ema = None
         if not config.training.elastic:  # elastic: the state's sync broadcasts instead

@@ -372,15 +372,14 @@ def add_ratios(results: list[dict]) -> None:
         single_key = (r["runner"], replace(cell, np=1, compression="none", balance="off").key())
         single = speed.get(single_key)
         baseline_key = replace(cell, wait="auto").key()  # the label the baselines' cells keep
-        raw = speed.get(("raw-horovod", baseline_key))
-        peer = speed.get((peers.peer(r["backend"]), baseline_key))
+        peer_key = (peers.peer(r["backend"]), baseline_key)
+        raw, peer = speed.get(("raw-horovod", baseline_key)), speed.get(peer_key)
         r["scaling_efficiency"] = mine / (r["np"] * single) if single else None
         r["vs_raw_horovod"] = mine / raw if raw and r["runner"] == "hvdcls" else None
         # against the framework's own data parallelism: DDP for torch, MWMS for TensorFlow
         r["peer"] = peers.peer(r["backend"])
         r["horovod_vs_peer"] = mine / peer if peer and r["runner"] in ("hvdcls", "raw-horovod") else None
-        r["horovod_vs_peer_by_round"] = by_round(r, good.get((peers.peer(r["backend"]), baseline_key))) \
-            if r["horovod_vs_peer"] is not None else None
+        r["horovod_vs_peer_by_round"] = by_round(r, good.get(peer_key)) if r["horovod_vs_peer"] is not None else None
         off = speed.get((r["runner"], replace(cell, balance="off").key()))
         r["vs_balance_off"] = mine / off if off and r["balance"] != "off" else None
         plain = speed.get((r["runner"], replace(cell, compile="off").key()))

@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import itertools
 import time
-import typing
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,6 @@ from hvdcls import allocator, fileio, horovod_env, registry, zero
 from hvdcls import config as cfg
 from hvdcls.bench import anatomy
 from hvdcls.bench import data as bench_data
-from hvdcls.config import Wait
 from hvdcls.data import datasets
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.data.sharding import TrainShards
@@ -64,7 +62,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="on: training.compile (torch.compile / XLA)")
     parser.add_argument("--zero", type=int, default=0, choices=zero.LEVELS,
                         help="training.zero: 1 optimizer state sharded, 2 gradients too")
-    parser.add_argument("--wait", default="auto", choices=typing.get_args(Wait),
+    parser.add_argument("--wait", default="auto", choices=cfg.CHOICES["horovod.wait"],
                         help="horovod.wait: how a torch rank waits for its all-reduces")
     parser.add_argument("--anatomy", type=Path, metavar="DIR",
                         help="tools/step_anatomy.py: each rank's thread counters over the timed "
