@@ -11,7 +11,8 @@ The clock starts just before the launch, so the ranks' start-up and every evalua
 the time is read from the run's metrics.jsonl (each epoch's end, hvdcls.bench.to_target).
 Trailing key=value settings go to every launch as they would to `hvdcls train` (data, model,
 optimizer, schedule ...); the axes are backend x np x --batch-size (per worker) x --lr x
---optimizer. Runs are interleaved (run 1 of every cell, then run 2, ...), so a machine that
+--optimizer x --scale-lr (the rule that scales the rate with the global batch) x
+--warmup-epochs. Runs are interleaved (run 1 of every cell, then run 2, ...), so a machine that
 drifts affects every cell alike. Nothing is packed or converted for a run: data is read as
 `hvdcls train` reads it (an LMDB file is packed beforehand, by `hvdcls data pack`).
 """
@@ -26,6 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Optional
 
+from hvdcls import config as cfg
 from hvdcls import fileio, launch, registry
 from hvdcls.bench import accuracy_peers, guard, matrix, to_target
 from hvdcls.errors import UserError
@@ -49,6 +51,12 @@ class AccuracySpec:
                               "cross (per 256 images, as hvdcls train --lr); default: the config's")
     optimizers: list[str] = option([], flag="--optimizer", help="with --to-accuracy: "
                                    "optimizer.name values to cross; default: the config's")
+    scale_lrs: list[str] = option([], flag="--scale-lr", choices=cfg.CHOICES["optimizer.scale_lr"],
+                                  help="with --to-accuracy: optimizer.scale_lr values to cross (per256: "
+                                  "the rate grows with the global batch, sqrt: with its square "
+                                  "root); default: the config's")
+    warmups: list[float] = option([], flag="--warmup-epochs", help="with --to-accuracy: "
+                                  "schedule.warmup_epochs values to cross; default: the config's")
     runners: list[str] = option(["hvdcls"], choices=RUNNERS, help="with --to-accuracy: hvdcls and "
                                 "the plain references beside it (ddp: torchrun + DDP at each torch "
                                 "cell's np; keras: one process of Keras fit at each TensorFlow "
@@ -68,10 +76,19 @@ class Cell:
     lr: Optional[float] = None  # None: the config's
     optimizer: Optional[str] = None
     runner: str = "hvdcls"
+    scale_lr: Optional[str] = None  # None: the config's
+    warmup_epochs: Optional[float] = None
 
     def name(self) -> str:
         return "-".join(str(v) for v in (self.runner, self.backend, self.np, self.batch_size,
-                                         self.lr or "cfg", self.optimizer or "cfg"))
+                                         self.lr or "cfg", self.optimizer or "cfg", self.scale_lr or "cfg",
+                                         "cfg" if self.warmup_epochs is None else f"{self.warmup_epochs:g}"))
+
+    def settings(self) -> list[str]:
+        """The cell's own key=value settings beside --lr and the batch (after the user's)."""
+        out = [] if self.optimizer is None else [f"optimizer.name={self.optimizer}"]
+        out += [] if self.scale_lr is None else [f"optimizer.scale_lr={self.scale_lr}"]
+        return out + ([] if self.warmup_epochs is None else [f"schedule.warmup_epochs={self.warmup_epochs:g}"])
 
 
 def cells(spec: AccuracySpec) -> list[Cell]:
@@ -79,8 +96,11 @@ def cells(spec: AccuracySpec) -> list[Cell]:
     process at the hvdcls cell's global batch; cells met twice are run once)."""
     lrs: list[Optional[float]] = [*spec.lrs] or [None]  # None: the config's
     optimizers: list[Optional[str]] = [*spec.optimizers] or [None]
-    base = [Cell(b, n, bs, lr, opt) for b, n, bs, lr, opt in itertools.product(
-        spec.backends, spec.nps, spec.batch_sizes, lrs, optimizers)]
+    rules: list[Optional[str]] = [*spec.scale_lrs] or [None]
+    warmups: list[Optional[float]] = [*spec.warmups] or [None]
+    base = [Cell(b, n, bs, lr, opt, scale_lr=rule, warmup_epochs=warmup)
+            for b, n, bs, lr, opt, rule, warmup in itertools.product(
+                spec.backends, spec.nps, spec.batch_sizes, lrs, optimizers, rules, warmups)]
     out = base if "hvdcls" in spec.runners else []
     for runner in accuracy_peers.SCRIPTS:
         if runner in spec.runners:
@@ -93,8 +113,8 @@ def cells(spec: AccuracySpec) -> list[Cell]:
 def resolve(cell: Cell, spec: AccuracySpec, run: int = 0):
     """hvdcls's config for run `run` (0-based) of the cell: run k trains with the settings'
     training.seed + k (for the digits, their split too), the same k in every cell."""
-    return accuracy_peers.resolve(spec.overrides, spec.max_epochs, cell.batch_size, cell.lr,
-                                  cell.optimizer, run)
+    return accuracy_peers.resolve([*spec.overrides, *cell.settings()], spec.max_epochs,
+                                  cell.batch_size, cell.lr, run)
 
 
 def command(cell: Cell, spec: AccuracySpec, run_dir: Path, run: int = 0) -> list[str]:
@@ -127,8 +147,7 @@ def train_command(cell: Cell, spec: AccuracySpec, run_dir: Path, seed: Optional[
         args.append(f"training.seed={seed}")
     if cell.lr is not None:
         args += ["--lr", str(cell.lr)]
-    if cell.optimizer is not None:
-        args.append(f"optimizer.name={cell.optimizer}")
+    args += cell.settings()
     program = launch.hvdcls_command(*args)
     return program if cell.np == 1 else launch.horovodrun(cell.np, program)
 
@@ -147,6 +166,8 @@ def read_records(run_dir: Path) -> list[dict]:
 
 def run_once(cell: Cell, spec: AccuracySpec, run_dir: Path, run: int = 0) -> dict:
     """One launch of one cell: to_target.run_result, or {"error": ...}."""
+    from hvdcls.training.schedule import warmup_epochs
+
     assert spec.target is not None
     cmd = command(cell, spec, run_dir, run)
     with guard.CpuGuard() as watch:  # what else used the machine meanwhile
@@ -164,7 +185,9 @@ def run_once(cell: Cell, spec: AccuracySpec, run_dir: Path, run: int = 0) -> dic
             "versions": summary.get("versions", {}), "model": summary.get("model"),
             "allocator": summary.get("allocator"),
             "dataset": summary.get("dataset", "digits"), "global_batch": cell.batch_size * cell.np,
-            "lr": config.optimizer.lr, "optimizer": config.optimizer.name}
+            "lr": config.optimizer.lr, "optimizer": config.optimizer.name,
+            "scale_lr": config.optimizer.scale_lr,
+            "warmup_epochs": warmup_epochs(config.schedule, config.training.epochs)}
 
 
 def run_all(todo: list[Cell], spec: AccuracySpec, scratch: Path, bar) -> list[dict]:
@@ -189,7 +212,8 @@ def summarise(cell: Cell, runs: list[dict]) -> dict:
     outside = guard.summarise([run.pop("outside") for run in runs])
     first = runs[0]
     return {**asdict(cell), "global_batch": first["global_batch"], "resolved_lr": first["lr"],
-            "resolved_optimizer": first["optimizer"], "model": first["model"],
+            "resolved_optimizer": first["optimizer"], "resolved_scale_lr": first["scale_lr"],
+            "resolved_warmup_epochs": first["warmup_epochs"], "model": first["model"],
             "dataset": first["dataset"], "versions": first["versions"], "allocator": first.get("allocator"),
             **to_target.cell_summary(runs), **outside, "run_results": runs}
 
@@ -205,6 +229,9 @@ def validate(spec: AccuracySpec) -> None:
             raise UserError(f"{flag} {' '.join(map(str, values))}: must be at least 1")
     if any(not lr > 0 for lr in spec.lrs):
         raise UserError(f"--lr {' '.join(f'{v:g}' for v in spec.lrs)}: must be above 0")
+    if any(not 0 <= w < spec.max_epochs for w in spec.warmups):
+        raise UserError(f"--warmup-epochs {' '.join(f'{v:g}' for v in spec.warmups)}: "
+                        f"from 0 up to below --max-epochs ({spec.max_epochs})")
     unknown = sorted(set(spec.backends) - set(registry.names()))
     if unknown:
         raise UserError(f"--backends {' '.join(unknown)}: use {', '.join(registry.names())}")

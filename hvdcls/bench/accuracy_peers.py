@@ -27,10 +27,10 @@ BACKEND = {"ddp": "torch", "keras": "tensorflow"}  # the hvdcls cells each peer 
 
 
 def resolve(overrides: list[str], epochs: int, batch_size: int, lr: Optional[float],
-            optimizer: Optional[str], seed_offset: int = 0) -> Config:
+            seed_offset: int = 0) -> Config:
     """hvdcls's config for a cell's run: what its `hvdcls train` launch resolves to."""
     config = cfg.load(overrides=overrides, flags={"training.epochs": epochs, "training.batch_size": batch_size,
-                                                  "optimizer.lr": lr, "optimizer.name": optimizer})
+                                                  "optimizer.lr": lr})
     config.training.seed += seed_offset
     return config
 

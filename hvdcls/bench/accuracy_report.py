@@ -10,15 +10,27 @@ from hvdcls.bench import to_target
 from hvdcls.bench.guard import BUSY_SHARE
 from hvdcls.bench.report import allocators, outside_label
 
-COLUMNS = ["runner", "backend", "np", "batch/worker", "global batch", "optimizer", "lr",
-           "converged", "seconds (median)", "seconds min-max", "epochs (median)", "epochs min-max",
+COLUMNS = ["runner", "backend", "np", "batch/worker", "global batch", "optimizer", "lr", "lr rule",
+           "warmup", "converged", "seconds (median)", "seconds min-max", "epochs (median)", "epochs min-max",
            "images (median)", "best acc. (median)", "mark", "outside CPU"]
 
 
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def resolved(cell: dict, key: str):
+    """The cell's value as its runs resolved it, else as asked (None: the config's); a
+    bench.json from before the key was recorded has neither."""
+    value = cell.get(f"resolved_{key}")
+    return cell.get(key) if value is None else value
+
+
 def label(cell: dict) -> str:
+    rule, warmup = resolved(cell, "scale_lr"), resolved(cell, "warmup_epochs")
     return (f"{cell['runner']} {cell['backend'][:5]} np{cell['np']} b{cell['batch_size']}"
-            f" {cell.get('resolved_optimizer') or cell.get('optimizer') or ''}"
-            f" lr{cell.get('resolved_lr') or cell.get('lr') or ''}")
+            f" {resolved(cell, 'optimizer') or ''} lr{resolved(cell, 'lr') or ''}"
+            + (f" {rule}" if cell.get("scale_lr") else "")
+            + (f" wu{warmup:g}" if cell.get("warmup_epochs") is not None else ""))
 
 
 def fmt(spread, pattern: str = "{:.1f}", key: str = "median") -> str:
@@ -29,11 +41,16 @@ def span(spread, pattern: str = "{:.1f}") -> str:
     return "-" if spread is None else f"{pattern.format(spread['min'])}-{pattern.format(spread['max'])}"
 
 
+def fmt_warmup(epochs) -> str:
+    return "config" if epochs is None else f"{epochs:g} ep."
+
+
 def row(cell: dict) -> list[str]:
     head = [cell["runner"], cell["backend"], str(cell["np"]), str(cell["batch_size"]),
             str(cell["batch_size"] * cell["np"]),
             cell.get("resolved_optimizer") or cell.get("optimizer") or "config",
-            f"{cell['resolved_lr']:g}" if cell.get("resolved_lr") is not None else str(cell.get("lr") or "config")]
+            f"{cell['resolved_lr']:g}" if cell.get("resolved_lr") is not None else str(cell.get("lr") or "config"),
+            resolved(cell, "scale_lr") or "config", fmt_warmup(resolved(cell, "warmup_epochs"))]
     if "error" in cell:
         return head + [f"failed: {cell['error'][:80]}"] + [""] * (len(COLUMNS) - len(head) - 1)
     return head + [f"{cell['converged_runs']}/{cell['runs']}", fmt(cell["seconds"]), span(cell["seconds"]),
@@ -68,11 +85,13 @@ def plot(report: dict, path: Path) -> None:
     figure = Figure(figsize=(8, 5), dpi=100)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    for cell in report["cells"]:
+    for index, cell in enumerate(report["cells"]):
         shown = None if "error" in cell else to_target.median_run(cell["run_results"])
         if shown and shown["curve"]:
             seconds, accuracy = zip(*shown["curve"])
-            axes.plot(seconds, accuracy, marker="o", markersize=3, label=label(cell))
+            # matplotlib's cycle has 10 colours: past them, another line style tells cells apart
+            axes.plot(seconds, accuracy, marker="o", markersize=3, label=label(cell),
+                      linestyle=LINE_STYLES[index // 10 % len(LINE_STYLES)])
     axes.axhline(report["spec"]["target"], color="gray", linestyle="--", linewidth=1, label="target")
     axes.set_xlabel("wall seconds since launch (each cell's median run)")
     axes.set_ylabel("validation accuracy")

@@ -3,6 +3,7 @@
 need more than a type in hvdcls.config.checks."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import List, Literal, Optional, Union
 
@@ -97,8 +98,10 @@ class OptimizerConfig:
     # string is a number too (hvdcls.config.checks.lr_setting).
     lr: Union[float, int, str] = DEFAULT_LR
     # per256: lr x global batch / 256 (the linear-scaling rule of Goyal et al.: 0.1 per 256);
-    # linear: lr is for one worker's batch, x world size x backward passes; none: as given.
-    scale_lr: Literal["per256", "linear", "none"] = "per256"
+    # sqrt: lr x sqrt(global batch / 256) (the square-root rule of Krizhevsky 2014 and Hoffer et
+    # al. 2017, gentler at large batches); linear: lr is for one worker's batch, x world size x
+    # backward passes; none: as given.
+    scale_lr: Literal["per256", "sqrt", "linear", "none"] = "per256"
     momentum: float = 0.9  # sgd, lars
     nesterov: bool = False  # sgd, lars
     weight_decay: float = 1e-4  # lars, lamb: not on biases and normalisation weights
@@ -106,7 +109,7 @@ class OptimizerConfig:
     lr_find: LRFindConfig = field(default_factory=LRFindConfig)
 
 
-REFERENCE_BATCH = 256  # optimizer.scale_lr=per256: lr is for this many images (Goyal et al.)
+REFERENCE_BATCH = 256  # optimizer.scale_lr=per256|sqrt: lr is for this many images (Goyal et al.)
 
 
 def peak_lr(optimizer: OptimizerConfig, world_size: int, backward_passes: int, batch_size: int) -> float:
@@ -118,8 +121,9 @@ def peak_lr(optimizer: OptimizerConfig, world_size: int, backward_passes: int, b
 
 def lr_scale(optimizer: OptimizerConfig, world_size: int, backward_passes: int, batch_size: int) -> float:
     """What optimizer.scale_lr multiplies optimizer.lr by to make the step's rate."""
-    if optimizer.scale_lr == "per256":
-        return batch_size * world_size * backward_passes / REFERENCE_BATCH
+    if optimizer.scale_lr in ("per256", "sqrt"):
+        ratio = batch_size * world_size * backward_passes / REFERENCE_BATCH
+        return math.sqrt(ratio) if optimizer.scale_lr == "sqrt" else ratio
     if optimizer.scale_lr == "linear":
         return float(world_size * backward_passes)
     return 1.0

@@ -1,6 +1,7 @@
 """`hvdcls bench --to-accuracy`: the time-to-target arithmetic (hvdcls.bench.to_target), the
 cells and launches it makes, and its bad input (hvdcls.bench.accuracy)."""
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,20 @@ def test_cells_cross_backend_np_batch_lr_and_optimizer():
     assert len(accuracy.cells(spec())) == 4  # both backends x np 1, 2; lr and optimizer: the config's
 
 
+def test_cells_cross_the_scaling_rule_and_warmup_and_the_peers_follow(tmp_path):
+    todo = accuracy.cells(spec(backends=["torch"], nps=[2], scale_lrs=["per256", "sqrt"], warmups=[0, 2],
+                               batch_sizes=[64], runners=["hvdcls", "ddp"]))
+    assert len(todo) == 8 and len({c.name() for c in todo}) == 8
+    sqrt = next(c for c in todo if c.runner == "ddp" and c.scale_lr == "sqrt" and c.warmup_epochs == 2)
+    cmd = accuracy.train_command(replace(sqrt, runner="hvdcls"), spec(), tmp_path)
+    assert "optimizer.scale_lr=sqrt" in cmd and "schedule.warmup_epochs=2" in cmd
+    flags = accuracy.command(sqrt, spec(max_epochs=6), tmp_path / "c" / "run-1")
+    value = {flag: flags[i + 1] for i, flag in enumerate(flags) if flag.startswith("--")}
+    # the digits' 0.4 per 256 at a global batch of 128: x sqrt(0.5) (per256 would halve it)
+    assert float(value["--lr"]) == pytest.approx(0.4 * math.sqrt(128 / 256))
+    assert float(value["--warmup-epochs"]) == 2.0
+
+
 def test_a_cell_is_hvdcls_train_with_the_stop_at_the_target(tmp_path):
     one = accuracy.Cell("tensorflow", 1, 32, 0.2, "adamw")
     cmd = accuracy.train_command(one, spec(max_epochs=7, overrides=["model.name=resnet18"]), tmp_path)
@@ -115,14 +130,15 @@ def test_a_target_outside_0_1_is_one_line_exit_2(target, capsys):
 
 
 @pytest.mark.parametrize("args", [["--max-epochs", "0"], ["--runs", "0"], ["--lr", "0"],
-                                  ["--model", "resnet18"], ["--np", "0"]])
+                                  ["--model", "resnet18"], ["--np", "0"], ["--warmup-epochs", "-1"],
+                                  ["--max-epochs", "3", "--warmup-epochs", "3"], ["--scale-lr", "cube"]])
 def test_bad_accuracy_flags_are_one_line_exit_2(args, capsys):
     assert cli.main(["bench", "--to-accuracy", "0.8", *args]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("args", [["optimizer.lr=0.1"], ["--runs", "2"], ["--runners", "ddp"],
-                                  ["--max-epochs", "3"]])
+                                  ["--max-epochs", "3"], ["--scale-lr", "sqrt"], ["--warmup-epochs", "2"]])
 def test_accuracy_settings_without_to_accuracy_are_refused(args, capsys):
     assert cli.main(["bench", *args]) == 2
     assert "--to-accuracy" in capsys.readouterr().err
@@ -162,7 +178,7 @@ def test_peers_stand_beside_their_backends_cells():
 
 
 def test_a_peer_gets_hvdcls_recipe_scaled_for_its_world(tmp_path):
-    config = accuracy_peers.resolve([], 6, 16, None, None, seed_offset=2)
+    config = accuracy_peers.resolve([], 6, 16, None, seed_offset=2)
     assert config.training.seed == 2
     flags = accuracy_peers.flags(config, 2, 0.9)
     value = {flag: flags[i + 1] for i, flag in enumerate(flags) if flag.startswith("--")}
@@ -198,7 +214,7 @@ def test_the_peers_learning_rate_curve_is_hvdcls_schedule(monkeypatch):
     sys.modules.pop("accuracy_common", None)
     import accuracy_common
 
-    config = accuracy_peers.resolve([], 6, 16, None, None)
+    config = accuracy_peers.resolve([], 6, 16, None)
     flags = accuracy_peers.flags(config, 2, 0.9)
     value = {flag[2:].replace("-", "_"): flags[i + 1] for i, flag in enumerate(flags) if flag.startswith("--")}
     args = argparse.Namespace(lr=float(value["lr"]), epochs=6, schedule="cosine",

@@ -146,7 +146,7 @@ def test_bad_key_in_file_names_the_file_and_key(tmp_path):
 
 @pytest.mark.parametrize("override, key", [
     ("optimizer.name=rmsprop", "optimizer.name"),
-    ("optimizer.scale_lr=sqrt", "optimizer.scale_lr"),
+    ("optimizer.scale_lr=cube", "optimizer.scale_lr"),
     ("schedule.name=poly", "schedule.name"),
     ("data.name=cifar", "data.name"),
     ("training.device=tpu", "training.device"),

@@ -32,6 +32,13 @@ def test_default_scaling_is_per_256_images_of_the_global_batch(batch, world, pas
     assert peak == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.parametrize("batch, world, expected", [(32, 8, 0.1), (64, 1, 0.05), (256, 4, 0.2), (16, 1, 0.025)])
+def test_square_root_scaling_grows_with_the_root_of_the_global_batch(batch, world, expected):
+    """sqrt: 0.1 per 256 images is 0.1 x sqrt(global / 256): 4x the batch, 2x the rate."""
+    sqrt = OptimizerConfig(lr=0.1, scale_lr="sqrt")
+    assert schedule.peak_lr(sqrt, world, 1, batch) == pytest.approx(expected, rel=1e-12)
+
+
 def test_digits_peak_is_unchanged_bit_for_bit():
     """The demo's 0.05 per worker of 32 became 0.4 per 256: the same float at np=1 and 2."""
     for world in (1, 2, 4):
