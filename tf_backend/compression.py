@@ -99,8 +99,10 @@ class PowerSGDReducer:
         out = []
         for i, m, p, q in zip(self.compressed, ms, ps, qs):
             approx = p @ tf.transpose(q)
-            self.qs[i].assign(q)
-            finite = tf.reduce_all(tf.math.is_finite(approx))  # an overflowed fp16 step keeps the error
+            # An overflowed fp16 step keeps the error and the warm start (a NaN Q would make
+            # every later step NaN too)
+            finite = tf.reduce_all(tf.math.is_finite(approx))
+            self.qs[i].assign(tf.where(finite, q, self.qs[i]))
             self.errors[i].assign(tf.where(finite, (m - approx) / scale, self.errors[i]))
             out.append(tf.reshape(approx, self.plans[i].shape))
         return out, sent_p + sent_q

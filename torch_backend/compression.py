@@ -104,8 +104,10 @@ class PowerSGDReducer:
         qs, sent_q = self._allreduce([m.T @ p for m, p in zip(ms, ps)], "powersgd.q")
         for i, m, p, q in zip(self.compressed, ms, ps, qs):
             approx = p @ q.T
-            self.qs[i] = q
-            if torch.isfinite(approx).all():  # an overflowed fp16 step is skipped: keep the error
+            # An overflowed fp16 step is skipped: keep the error and the warm start (a NaN Q
+            # would make every later step NaN too)
+            if torch.isfinite(approx).all():
+                self.qs[i] = q
                 self.errors[i] = (m - approx) / scale
             grads[i].copy_(approx.view_as(grads[i]))
         return sent_p + sent_q

@@ -108,6 +108,21 @@ def test_fp16_factors_halve_their_bytes(ops):
     assert all(s.dtype == np.float32 for s in sent)
 
 
+def test_an_overflowed_step_keeps_the_error_and_the_warm_start(ops):
+    """A gradient with an inf (a mixed-precision step the loss scaler will skip) leaves its
+    error and its Q as they were, so the next step is finite again; the other gradients' move on."""
+    shapes = layer_shapes(ops)
+    reducer = ops.reducer(shapes, settings())
+    ops.reduce(reducer, gradients(ops, seed=0))
+    kept = {i: e.copy() for i, e in ops.errors(reducer).items()}
+    overflowed = gradients(ops, seed=1)
+    overflowed[0].flat[0] = np.inf  # one element of the convolution's gradient
+    assert not np.isfinite(ops.reduce(reducer, overflowed)[0]).all()
+    errors = ops.errors(reducer)
+    assert np.array_equal(errors[0], kept[0]) and not np.array_equal(errors[2], kept[2])
+    assert all(np.isfinite(sent).all() for sent in ops.reduce(reducer, gradients(ops, seed=2)))
+
+
 def test_state_round_trips_through_a_checkpoint(ops):
     """A reducer restored from another's saved state makes the same next step."""
     shapes = layer_shapes(ops)
