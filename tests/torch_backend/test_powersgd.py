@@ -8,6 +8,7 @@ import torch
 import torchvision
 
 from hvdcls import powersgd
+from hvdcls.config import PowerSGDConfig
 from tests.cases.powersgd import *  # noqa: F401,F403 (the shared cases, collected here)
 from torch_backend import compression
 
@@ -51,3 +52,29 @@ def ops():
 def test_resnet50_shapes_are_torchvisions():
     model = torchvision.models.resnet50()
     assert powersgd.resnet50_shapes() == [tuple(p.shape) for p in model.parameters()]
+
+
+def reducer_and_grads(seed_count: int = 3):
+    shapes = [(16, 8, 3, 3), (16,), (10, 64)]
+    settings = PowerSGDConfig(rank=2, start_iter=0)
+    grads = [[torch.from_numpy(np.random.default_rng(seed).standard_normal(s).astype(np.float32))
+              for s in shapes] for seed in range(seed_count)]
+    return (lambda: compression.PowerSGDReducer(shapes, settings, torch.device("cpu"),
+                                                compression.local_exchange())), grads
+
+
+def test_a_loss_scale_scales_the_result_and_leaves_the_error_unscaled():
+    """Mixed precision: gradients that carry a loss scale of 8 give 8x the unscaled step's
+    result, and the error feedback the unscaled step's."""
+    make, steps = reducer_and_grads()
+    plain, scaled = make(), make()
+    for grads in steps:
+        one = [g.clone() for g in grads]
+        eight = [g * 8 for g in grads]
+        plain.reduce_(one)
+        scaled.reduce_(eight, scale=8.0)
+        for a, b in zip(one, eight):
+            assert torch.allclose(b, a * 8, rtol=1e-5, atol=1e-5)
+        for i in plain.compressed:
+            assert torch.allclose(scaled.errors[i], plain.errors[i], rtol=1e-5, atol=1e-6)
+
