@@ -63,6 +63,8 @@ class BenchSpec:
                                      help="np=1 runs uncompressed only; powersgd has a DDP baseline, "
                                      "no raw-Horovod one")
     powersgd_rank: int = 4
+    powersgd_fp16: bool = option(False, help="powersgd: hvdcls all-reduces P and Q in float16 "
+                                 "(horovod.powersgd.fp16); DDP's hook keeps float32")
     batch_sizes: list[int] = option([16], flag="--batch-size", help="per worker")
     models: list[str] = option(["resnet50"], flag="--model")
     image_size: int = 64
@@ -191,8 +193,9 @@ def worker_args(cell: Cell, spec: BenchSpec, out: Path) -> list[str]:
 
 def hvdcls_worker_args(cell: Cell, spec: BenchSpec, out: Path) -> list[str]:
     """hvdcls.bench.worker's flags: the baselines' and the settings only hvdcls has."""
+    fp16_factors = ["--powersgd-fp16"] if spec.powersgd_fp16 and cell.compression == "powersgd" else []
     return ["--backend", cell.backend, *worker_args(cell, spec, out), "--balance", cell.balance,
-            "--compile", cell.compile, "--zero", str(cell.zero), "--wait", cell.wait]
+            "--compile", cell.compile, "--zero", str(cell.zero), "--wait", cell.wait, *fp16_factors]
 
 
 def command(cell: Cell, spec: BenchSpec, out: Path, hosts=None, throttle=None) -> list[str]:

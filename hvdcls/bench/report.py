@@ -125,6 +125,8 @@ def markdown(report: dict) -> str:
              f"{report['spec'].get('rounds', 1)} round(s) x {report['spec']['reps']} x "
              f"{report['spec']['steps']} timed steps; fusion threshold "
              f"{report['spec']['fusion_threshold_mb']:g} MB, cycle time {report['spec']['cycle_time_ms']:g} ms; "
+             + ("hvdcls's PowerSGD all-reduces P and Q in float16 (DDP's hook: float32); "
+                if report["spec"].get("powersgd_fp16") else "") +
              "allreduce wait: share of the step spent waiting for gradients after backward "
              "(torch backend only); data: memory (one batch reused) or files read through the "
              "loader with N workers per rank; data wait: share of the step blocked waiting for "

@@ -46,6 +46,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--compression", default="none")
     parser.add_argument("--powersgd-rank", type=int, default=4)
+    parser.add_argument("--powersgd-fp16", action="store_true", help="P and Q all-reduced in float16")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=3, help="steps before timing starts")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per repetition")
@@ -99,7 +100,7 @@ def cell_config(args: argparse.Namespace) -> cfg.Config:
         "optimizer.weight_decay=0",
         # PowerSGD: the last warm-up step is its first compressed one (TF traces that path
         # then), so every timed step compresses and none pays for tracing.
-        f"horovod.powersgd.rank={args.powersgd_rank}",
+        f"horovod.powersgd.rank={args.powersgd_rank}", f"horovod.powersgd.fp16={str(args.powersgd_fp16).lower()}",
         f"horovod.powersgd.start_iter={max(0, args.warmup - 1)}",
         f"training.balance={args.balance}", f"training.compile={str(args.compile == 'on').lower()}",
         f"training.zero={args.zero}", f"horovod.wait={args.wait}",

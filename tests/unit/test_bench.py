@@ -78,6 +78,19 @@ def test_one_process_runs_uncompressed_and_powersgd_has_only_a_ddp_baseline():
     assert len(cells) == len(set(cells))
 
 
+def test_float16_factors_go_to_hvdcls_powersgd_cells_only():
+    from hvdcls.bench import worker
+
+    spec = bench.BenchSpec(backends=["torch"], nps=[2], compressions=["fp16", "powersgd"],
+                           batch_sizes=[16], models=["m"], powersgd_fp16=True)
+    launches = {(c.runner, c.compression): bench.command(c, spec, bench.Path("o.json")) for c in bench.cells(spec)}
+    flagged = {key for key, launch in launches.items() if "--powersgd-fp16" in launch}
+    assert flagged == {("hvdcls", "powersgd")}  # not hvdcls's fp16 cell, not DDP's hook
+    args = worker.parse(["--backend", "torch", "--out", "o.json", "--compression", "powersgd", "--powersgd-fp16"])
+    assert worker.cell_config(args).horovod.powersgd.fp16
+    assert not worker.cell_config(worker.parse(["--backend", "torch", "--out", "o.json"])).horovod.powersgd.fp16
+
+
 def test_compressed_cells_scale_against_the_uncompressed_single_process():
     results = [bench.summarise(bench.Cell("hvdcls", "torch", n, c, 16, "m"), raw([v]))
                for n, c, v in [(1, "none", 100.0), (2, "fp16", 180.0), (2, "powersgd", 190.0)]]
