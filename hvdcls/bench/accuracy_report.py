@@ -48,7 +48,7 @@ def fmt_warmup(epochs) -> str:
 def row(cell: dict) -> list[str]:
     head = [cell["runner"], cell["backend"], str(cell["np"]), str(cell["batch_size"]),
             str(cell["batch_size"] * cell["np"]),
-            cell.get("resolved_optimizer") or cell.get("optimizer") or "config",
+            resolved(cell, "optimizer") or "config",
             f"{cell['resolved_lr']:g}" if cell.get("resolved_lr") is not None else str(cell.get("lr") or "config"),
             resolved(cell, "scale_lr") or "config", fmt_warmup(resolved(cell, "warmup_epochs"))]
     if "error" in cell:

@@ -72,4 +72,3 @@ def test_both_waits_are_compared_with_the_same_baselines_and_with_each_other():
     rows = {r["wait"] + r["runner"]: dict(zip(bench_report.COLUMNS, bench_report.row(r))) for r in results}
     assert rows["autohvdcls"]["wait"] == "auto" and rows["autohvdcls"]["vs wait spin"] == "1.10"
     assert rows["spinhvdcls"]["wait"] == "spin" and rows["autoddp"]["wait"] == "-"
-
