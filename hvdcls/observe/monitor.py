@@ -35,6 +35,10 @@ class RunInfo:
     steps_per_epoch: int
     start_epoch: int  # epochs already done (a resumed run)
     hosts: Optional[dict] = None  # ranks per host, as the launcher names them (None: not gathered)
+    # The last epoch done before this start (its metrics.jsonl line; None on a fresh run): what a
+    # resumed run reports as its latest metrics until it ends an epoch of its own, or for good
+    # when the checkpoint already held every epoch.
+    last_epoch: Optional[dict] = None
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,10 @@ class StatusSink(Sink):
         """This world's start (the run's, or an elastic attempt's): its size and hosts."""
         self.info = info
         done = info.start_epoch
-        self.update(world_size=info.world_size, hosts=dict(info.hosts) if info.hosts else None,
+        # A resumed run's latest metrics are its checkpoint's last epoch's: a job requeued after
+        # its last checkpoint trains no epoch, and its status must still say how it ended.
+        self.update(metrics=info.last_epoch or self.status.metrics,
+                    world_size=info.world_size, hosts=dict(info.hosts) if info.hosts else None,
                     epochs=info.epochs, steps_per_epoch=info.steps_per_epoch, epochs_done=done,
                     epoch=min(done + 1, info.epochs), step=0,
                     fraction=done / info.epochs if info.epochs else None)

@@ -236,7 +236,8 @@ class Trainer:
         self.outputs.start(history)
         self.monitor.start(RunInfo(self.ctx.backend, self.config.model.name, self.data.name,
                                    self.ctx.size, self.config.training.epochs,
-                                   self.steps_per_epoch, start_epoch, hosts))
+                                   self.steps_per_epoch, start_epoch, hosts,
+                                   history[-1].as_dict() if history else None))
         if self.rebalancer is not None:  # resume too: a new run plans afresh
             plan = self.rebalancer.plan
             self.monitor.note(balance.describe(plan, self.ctx.size))

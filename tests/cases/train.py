@@ -266,6 +266,7 @@ def test_kill_while_writing_a_checkpoint_then_resume(backend, run, tmp_path):
     finished = read_json(out / "summary.json")
     done_again = ok(hvdcls_train(tmp_path, backend, "--epochs", 2, "--resume", out))
     assert "nothing left to train" in done_again.stdout and read_json(out / "status.json")["phase"] == "done"
+    assert read_json(out / "status.json")["metrics"]["val_accuracy"] == finished["val_accuracy"]  # as it ended
     assert read_json(out / "summary.json")["val_accuracy"] == finished["val_accuracy"]
     assert read_metrics(out) == again
     for key in ("train_loss", "val_loss", "lr"):

@@ -98,6 +98,19 @@ def test_a_new_rank_zero_takes_the_file_over(tmp_path):
     assert (found.world_size, found.hosts, found.epoch, found.fraction) == (2, {"node1": 2}, 2, 1 / 3)
 
 
+def test_a_run_resumed_with_nothing_left_to_train_reports_its_checkpoints_last_epoch(tmp_path):
+    writes, clock = [], Clock()
+    status = sink(tmp_path, writes, clock)  # the service requeued it after its last checkpoint
+    last = {"epoch": 3, "val_accuracy": 0.91}
+    status.start(RunInfo("torch", "compact_cnn", "digits", 2, epochs=3, steps_per_epoch=20, start_epoch=3,
+                         last_epoch=last))
+    status.finish()
+    assert (writes[-1]["phase"], writes[-1]["metrics"], writes[-1]["epochs_done"]) == ("done", last, 3)
+    fresh = sink(tmp_path, writes, clock)
+    fresh.start(RunInfo("torch", "compact_cnn", "digits", 2, epochs=3, steps_per_epoch=20, start_epoch=0))
+    assert writes[-1]["metrics"] is None
+
+
 def test_a_full_disk_costs_the_status_not_the_run(tmp_path, capsys):
     def full(path, obj):
         raise OSError(28, "No space left on device")
