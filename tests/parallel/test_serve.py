@@ -5,7 +5,8 @@ One workload, run once by the module fixture, and read by the tests:
 
     A  torch       np 2  long          runs at once, serving its training metrics; cancelled after
                                        a real Prometheus has answered every dashboard query
-    C  torch       np 2  5 epochs      runs beside A; killed at epoch 2 while the service is down (requeue)
+    C  torch       np 2  5 epochs      runs beside A; stopped (SIGSTOP) at epoch 2, killed while the
+                                       service is down (requeued)
     D  tensorflow  np 2  3 epochs      waits for A's slots; running across the restart (adopted)
     G  torch       np 1  empty data    waits behind D (no backfill: nothing free); fails
     + 50 np-3 jobs in a burst while A and C hold the slots: queued, then cancelled
@@ -19,6 +20,7 @@ query of deploy/grafana/hvdcls-serve.json and hvdcls.json with what the service 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -30,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from hvdcls import launch, status_file
@@ -40,8 +43,8 @@ pytestmark = pytest.mark.parallel
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = ["--config", str(REPO / "configs" / "digits.yaml")]
 FINAL = ("succeeded", "failed", "cancelled")
-# C is killed once it reaches epoch 2 (while the service is down): its epochs after that are
-# the margin that keeps it from finishing first on a slow machine (3 was too few in CI).
+# C is stopped once it reaches epoch 2 and killed later, while the service is down: the epochs
+# after that are what its resumed attempt trains.
 C_EPOCHS = 5
 QUICK = {"schedule": {"warmup_epochs": 0}, "training": {"log_every": 1}}
 DASHBOARDS = [REPO / "deploy" / "grafana" / name for name in ("hvdcls-serve.json", "hvdcls.json")]
@@ -97,6 +100,19 @@ class Server:
                 return job
             assert time.time() < deadline, (job, self.log.read_text()[-3000:])
             time.sleep(0.2)
+
+
+def freeze_at_epoch(server: Server, job_id: int, epoch: int) -> tuple[dict, list[psutil.Process]]:
+    """Stops (SIGSTOP) a running job's processes, its wrapper and all below it, once it reports
+    `epoch`, so that it is still unfinished when the test kills it later, however long the rest
+    of the workload takes on a slow machine (C, left to run on while A was watched, once trained
+    all its epochs before its kill in CI)."""
+    job = server.wait(job_id, lambda j: j["progress"] and j["progress"]["epoch"] >= epoch)
+    wrapper = psutil.Process(job["pid"])
+    processes = [wrapper, *wrapper.children(recursive=True)]
+    for process in processes:
+        process.suspend()
+    return job, processes
 
 
 def env() -> dict:
@@ -230,6 +246,8 @@ def run_workload(server: Server, seen: dict, root: Path, prometheus: PrometheusS
     a = server.submit(2, settings=watched(epochs(50)), name="A")
     c = server.submit(2, settings=epochs(C_EPOCHS), name="C", requeue=True)
     server.wait(c, lambda j: j["state"] == "running")
+    freezer = ThreadPoolExecutor(1)
+    c_frozen = freezer.submit(freeze_at_epoch, server, c, 2)
     seen["refusals"] = refusals(server, httpx.Client(base_url=server.url, headers={"Authorization": "Bearer x"}))
     seen["cli bad key"] = cli(server.state_dir, "submit", "--np", "1", "training.epohcs=2")
     with ThreadPoolExecutor(8) as pool:  # the burst: 50 at once; none fits (2 free, 3 each)
@@ -256,10 +274,13 @@ def run_workload(server: Server, seen: dict, root: Path, prometheus: PrometheusS
     seen["A ranks left"] = processes_running(Path(seen["A"]["run_dir"]) / "job.yaml", wait=15)
     # The restart: D live (adopted), C's processes killed while the service is down (requeued).
     seen["D before restart"] = server.wait(d, lambda j: j["pid"] is not None)
-    seen["C before restart"] = server.wait(c, lambda j: j["progress"] and j["progress"]["epoch"] >= 2)
+    seen["C before restart"], c_processes = c_frozen.result(timeout=240)
+    freezer.shutdown()
     server.stop()
-    os.killpg(seen["C before restart"]["pid"], signal.SIGKILL)
-    time.sleep(2)  # horovodrun's middlemen take its ranks down
+    for process in c_processes:  # its ranks too: their middlemen, stopped, take nothing down
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(c_processes, timeout=10)
     server.start()
     seen["C after restart"] = server.job(c)
     seen["D after restart"] = server.job(d)
