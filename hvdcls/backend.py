@@ -13,6 +13,7 @@ Step results are framework scalars (tensors): the core adds them with `+` and co
 from __future__ import annotations
 
 import abc
+import dataclasses
 import os
 import socket
 import threading
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Iterator, Mapping, NamedTuple, Optional
 
 from hvdcls.config import Config
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")  # one per boot of a kernel (Linux)
 
 if TYPE_CHECKING:  # the contract names the batches type; the core's data layer sits above it
     from hvdcls.data.batches import EpochBatches, LoaderWait
@@ -209,6 +212,12 @@ class Backend(abc.ABC):
         the unsharded layout."""
         return None
 
+    def share_cores(self, config: Config, processes: int) -> Optional[int]:
+        """`processes` ranks of this world, this one among them, compute on this process's
+        cores (counted by cores_key, not by host name): the threads it computes on from now
+        on, None where they do not change."""
+        return None
+
     def communication(self) -> Optional[dict]:
         """Gradient bytes all-reduced so far, counted from the tensors sent
         (hvdcls.powersgd.ByteCounter.summary()); None where the backend does not count."""
@@ -220,12 +229,43 @@ class Backend(abc.ABC):
         write the trace into `directory` (which exists) when it exits."""
 
 
-def threads_per_process(config: Config, local_size: int) -> int:
-    """training.threads, else this machine's usable cores shared among its ranks."""
+def usable_cores() -> tuple[int, ...]:
+    """The CPUs this process may run on (a container's or a job's CPU set)."""
+    if hasattr(os, "sched_getaffinity"):
+        return tuple(sorted(os.sched_getaffinity(0)))
+    return tuple(range(os.cpu_count() or 1))
+
+
+def threads_per_process(config: Config, sharing: int) -> int:
+    """training.threads, else this machine's usable cores shared among `sharing` ranks."""
     if config.training.threads:
         return config.training.threads
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // max(1, local_size))
+    return max(1, len(usable_cores()) // max(1, sharing))
+
+
+def cores_key() -> tuple[str, tuple[int, ...]]:
+    """The cores this process computes on: the kernel it runs under (its boot id, the same in
+    every container on one machine and under every name the machine is given) and the CPUs it
+    may use there. Ranks with the same key share those cores, where Horovod's local size
+    counts only the ranks launched under one host name."""
+    try:
+        kernel = BOOT_ID.read_text().strip()
+    except OSError:  # not Linux: the host name is the best there is
+        kernel = socket.gethostname()
+    return kernel, usable_cores()
+
+
+def share_cores(backend: Backend, ctx: Context, config: Config) -> Context:
+    """The backend told how many ranks of this world compute on this process's cores; the
+    context with the threads it computes on now. Without it, two ranks on one machine under
+    two names (two containers of the compose cluster, or localhost and 127.0.0.1) each took
+    every core: a torch epoch of the digits took 5-6 s instead of 0.9 on 2 cores
+    (docs/horovod-settings.md). A collective: every rank calls it, or none does."""
+    if ctx.size == 1 or config.training.threads:
+        return ctx
+    mine = cores_key()
+    threads = backend.share_cores(config, backend.allgather_object(mine, "hvdcls.cores").count(mine))
+    return ctx if threads is None else dataclasses.replace(ctx, threads=threads)
 
 
 class LazyArrays(Mapping[str, Any]):

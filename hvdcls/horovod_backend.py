@@ -77,6 +77,11 @@ class HorovodBackend(Backend):
         """`values` as a 1-D float64 tensor of the framework, on the host: what the binding's
         hvd.allreduce takes."""
 
+    def set_threads(self, threads: int) -> bool:
+        """Compute on `threads` threads from now on; False where the framework cannot
+        change them once it has started."""
+        return False
+
     def collective_failures(self) -> ContextManager[None]:
         """A context manager turning a failed collective, as the framework reports it, into
         Horovod's HorovodInternalError, the one error the elastic loop recovers from. Nothing
@@ -90,6 +95,13 @@ class HorovodBackend(Backend):
         self.threads = threads_per_process(config, self.hvd.local_size())
         self.device = self.setup(config, self.hvd.local_rank(), self.threads)
         return self.context()
+
+    def share_cores(self, config: Config, processes: int) -> Optional[int]:
+        threads = threads_per_process(config, max(processes, self.hvd.local_size()))
+        if threads == self.threads or not self.set_threads(threads):
+            return None
+        self.threads = threads
+        return threads
 
     def context(self) -> Context:
         """Who this process is now (rank and size change after an elastic reset)."""

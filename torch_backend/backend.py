@@ -97,6 +97,10 @@ class TorchBackend(HorovodBackend):
         torch.set_num_threads(threads)
         return pick_device(config, local_rank)
 
+    def set_threads(self, threads: int) -> bool:
+        torch.set_num_threads(threads)  # torch's pool takes a new size at any time
+        return True
+
     def build(self, config: Config, num_classes: int) -> dict:
         hv = config.horovod
         compiled.refuse_what_breaks(config)  # training.compile: one line, nothing built

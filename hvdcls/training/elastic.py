@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from hvdcls import status_file
-from hvdcls.backend import Backend, Context
+from hvdcls.backend import Backend, Context, share_cores
 from hvdcls.config import Config
 from hvdcls.data.sharding import ElasticShards
 from hvdcls.data.sources import Data
@@ -202,6 +202,7 @@ class ElasticTrainer:
             raise
 
     def attempt_here(self, state, ctx: Context) -> Trainer:
+        ctx = share_cores(self.backend, ctx, self.config)
         self.recoveries.restarted(state, ctx)
         if self.watchers is not None:  # before trainer.begin, which starts the sinks
             self.watchers.follow(ctx)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 
 from hvdcls import __version__, allocator, horovod_env, registry, status_file
 from hvdcls import config as cfg
-from hvdcls.backend import Backend, Context, weights_digest
+from hvdcls.backend import Backend, Context, share_cores, weights_digest
 from hvdcls.data import bad_files, datasets
 from hvdcls.data.sources import Data
 from hvdcls.errors import JobStopped, UserError
@@ -101,6 +101,8 @@ def train(config: cfg.Config, backend_name: str) -> dict:
     ctx = backend.init(config)
     check_controller(config, ctx)
     balance.settings(config, ctx.size, ctx.device.startswith("cuda"))  # bad plans: before any work
+    if not config.training.elastic:  # elastic: at each attempt's start, which a joining worker meets too
+        ctx = share_cores(backend, ctx, config)
     kind: RunKind = ElasticRun() if config.training.elastic else PlainRun()
     dog = kind.start_watchdog(job, ctx)
     try:

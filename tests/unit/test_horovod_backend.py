@@ -1,12 +1,13 @@
 """hvdcls.horovod_backend.HorovodBackend over a fake binding: what a framework backend must
 implement, and that the shared part calls the binding as each backend used to."""
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from hvdcls import config as cfg
-from hvdcls.backend import Backend, Context
+from hvdcls.backend import Backend, Context, cores_key, share_cores
 from hvdcls.horovod_backend import HorovodBackend
 from hvdcls.powersgd import ByteCounter
 
@@ -18,7 +19,7 @@ FRAMEWORK_PART = {"setup", "float64_tensor", "build", "loader", "train_step", "e
 CORE_CALLS = {"init", "build", "loader", "train_step", "eval_step", "allreduce_sum", "broadcast_object",
               "allgather_object", "seed", "sync_buffers", "save", "load", "broadcast_state", "weights",
               "elastic_state", "elastic_run", "allreduce_wait_seconds", "prepare_checkpoint",
-              "communication", "profiler", "memory", "snapshot", "restore"}
+              "communication", "profiler", "memory", "snapshot", "restore", "share_cores"}
 
 
 class FakeBinding(SimpleNamespace):
@@ -212,3 +213,54 @@ def test_the_weights_digest_reads_lazy_arrays_one_at_a_time_and_names_what_diffe
     plain["a"][1, 2] = 0.5
     assert weights_digest(plain) != weights_digest(copies)  # copied() is a copy, not a view
     assert weights_digest({"c": plain["a"], "b": plain["b"]}) != weights_digest(plain)
+
+
+class Resizable(FakeBackend):
+    """A framework whose pool takes a new size at any time (torch); FakeBackend's cannot (TF)."""
+
+    def set_threads(self, threads):
+        self.resized = threads
+        return True
+
+
+def keys_of(*keys):
+    """An allgather of cores_key: rank 1 (this process) answers its own; the others are given."""
+    return lambda obj, name: [keys[0], obj, *keys[1:]]
+
+
+def test_ranks_on_one_kernel_share_its_cores_whatever_their_host_names(monkeypatch):
+    mine = ("boot-a", (0, 1, 2, 3))
+    monkeypatch.setattr("hvdcls.backend.usable_cores", lambda: mine[1])
+    monkeypatch.setattr("hvdcls.backend.cores_key", lambda: mine)
+    hvd = FakeBinding()
+    hvd.local_size = lambda: 1  # rank 1 of 3, the only rank launched under its host name
+    backend = Resizable(hvd)
+    ctx = backend.init(config())
+    assert backend.setup_args == (1, 4) and ctx.threads == 4  # by host name: every core
+    hvd.allgather_object = keys_of(mine, ("boot-b", (0, 1, 2, 3)))  # rank 0 here under another name
+    shared = share_cores(backend, ctx, config())
+    assert (shared.threads, backend.resized, backend.context().threads) == (2, 2, 2)
+    assert share_cores(backend, shared, config()) is shared  # told nothing new: nothing changes
+    # a world where the other rank here has CPUs of its own (a container's CPU set): all 4 again
+    hvd.allgather_object = keys_of(("boot-a", (4, 5)), ("boot-b", (0, 1, 2, 3)))
+    assert share_cores(backend, shared, config()).threads == 4 and backend.resized == 4
+
+
+def test_cores_are_not_reshared_where_they_cannot_be_or_need_not_be(monkeypatch):
+    monkeypatch.setattr("hvdcls.backend.usable_cores", lambda: (0, 1))
+    hvd = FakeBinding()
+    hvd.local_size = lambda: 1
+    fixed = FakeBackend(hvd)  # TensorFlow: its pools are sized once
+    ctx = fixed.init(config())
+    hvd.allgather_object = keys_of(cores_key(), cores_key())
+    assert share_cores(fixed, ctx, config()) is ctx and fixed.context().threads == 2
+
+    def no_collective(obj, name):
+        raise AssertionError("a collective where none was needed")
+
+    hvd.allgather_object = no_collective
+    assert share_cores(fixed, ctx, config(threads=2)) is ctx  # training.threads decides
+    alone = dataclasses.replace(ctx, size=1)
+    assert share_cores(fixed, alone, config()) is alone
+    kernel, cores = cores_key()
+    assert kernel and kernel == cores_key()[0] and cores == (0, 1)  # the boot id, read again alike
