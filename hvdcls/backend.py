@@ -259,8 +259,8 @@ def share_cores(backend: Backend, ctx: Context, config: Config) -> Context:
     """The backend told how many ranks of this world compute on this process's cores; the
     context with the threads it computes on now. Without it, two ranks on one machine under
     two names (two containers of the compose cluster, or localhost and 127.0.0.1) each took
-    every core: a torch epoch of the digits took 5-6 s instead of 0.9 on 2 cores
-    (docs/horovod-settings.md). A collective: every rank calls it, or none does."""
+    every core: a torch epoch of the digits at np=2 took 5-13 s instead of under 0.9 on 2
+    cores (docs/horovod-settings.md). A collective: every rank calls it, or none does."""
     if ctx.size == 1 or config.training.threads:
         return ctx
     mine = cores_key()
