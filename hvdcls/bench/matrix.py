@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Optional
 
 from hvdcls import fileio, gpu, horovod_env, launch, models, registry, zero
+from hvdcls.backend import usable_cores
 from hvdcls.bench import data as bench_data
 from hvdcls.bench import guard, peers, sharding, slow
 from hvdcls.config import Compression, HorovodConfig, Wait
@@ -179,8 +180,7 @@ def plain_loops_build(model: str) -> bool:
 
 
 def threads_per_rank(np: int) -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // np)
+    return max(1, len(usable_cores()) // np)
 
 
 def worker_args(cell: Cell, spec: BenchSpec, out: Path) -> list[str]:
