@@ -2,6 +2,9 @@
 
     hvdcls train [--backend torch|tensorflow] [--config FILE.yaml] [key=value ...]
     hvdcls lr-find [the same arguments]     the learning-rate range test: its curve, plot and pick
+    hvdcls evaluate RUN_DIR [--data PATH]   top-1/top-5, per-class figures, confusion matrix
+    hvdcls export RUN_DIR --format onnx -o model.onnx    a model for inference, with its classes
+    hvdcls predict MODEL IMAGES... [-k 5]   classify images: a CSV (MODEL: run, checkpoint or .onnx)
     hvdcls data pack SRC_DIR OUT.lmdb       an ImageFolder directory into one LMDB file
     hvdcls doctor [--smoke] [--json]        is this installation ready to train?
     hvdcls demo [--np 2]                    digits with both backends under horovodrun, side by side
@@ -181,6 +184,51 @@ def add_report(sub) -> None:
     parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.observe.report").compare(a.runs, a.output))
 
 
+def add_evaluate(sub) -> None:
+    parser = sub.add_parser("evaluate", help="top-1, top-5, per-class precision/recall/F1 and the "
+                            "confusion matrix of a trained run (evaluation.json, confusion_matrix.csv/.png)",
+                            description="Evaluate a run's model (the EMA's weights when it kept one) on "
+                            "its validation split, or on another data set with the run's classes.")
+    parser.add_argument("run", type=Path, metavar="RUN_DIR", help="a run directory or one of its checkpoints")
+    parser.add_argument("--data", type=Path, metavar="PATH", help="an ImageFolder directory (its val/ "
+                        "when it has one, else every image) or an LMDB file (its val split); "
+                        "default: the run's own validation split")
+    parser.add_argument("-b", "--batch-size", type=int, default=64)
+    parser.add_argument("-j", "--workers", type=int, default=2, help="loader worker processes")
+    parser.add_argument("--output-dir", type=Path, help="where the files go (default: RUN_DIR)")
+    parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.inference.evaluate").main(a))
+
+
+def add_export(sub) -> None:
+    parser = sub.add_parser("export", help="write a run's model for inference: torch state-dict, "
+                            "torchscript, onnx; tensorflow keras, savedmodel, onnx",
+                            description="Export a run's model (the EMA's weights when it kept one) with "
+                            "its class names and preprocessing; the export's outputs are checked "
+                            "against the framework's on one batch before it is kept.")
+    parser.add_argument("run", type=Path, metavar="RUN_DIR", help="a run directory or one of its checkpoints")
+    parser.add_argument("--format", required=True, metavar="FORMAT",
+                        help="torch: state-dict, torchscript, onnx; tensorflow: keras, savedmodel, onnx")
+    parser.add_argument("-o", "--output", type=Path, required=True, metavar="PATH",
+                        help="the file to write (a directory for savedmodel)")
+    parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.inference.export").main(a))
+
+
+def add_predict(sub) -> None:
+    parser = sub.add_parser("predict", help="classify image files with a run, a checkpoint or an "
+                            "ONNX export: a CSV of the top-k classes",
+                            description="Classify images (files, or directories read recursively) "
+                            "with the evaluation's preprocessing. Exit 0 when every image was read, "
+                            "1 when any was skipped (named on stderr), 2 for bad input.")
+    parser.add_argument("model", type=Path, metavar="MODEL",
+                        help="a run directory, a checkpoint, or an .onnx file from hvdcls export")
+    parser.add_argument("images", type=Path, nargs="+", metavar="IMAGES")
+    parser.add_argument("-k", "--top-k", type=int, default=1, help="classes per image (default 1)")
+    parser.add_argument("-o", "--output", type=Path, metavar="FILE.csv", help="default: standard output")
+    parser.add_argument("-b", "--batch-size", type=int, default=64)
+    parser.add_argument("-j", "--workers", type=int, default=2, help="loader worker processes")
+    parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.inference.predict").main(a))
+
+
 def run_bench(a: argparse.Namespace) -> int:
     if a.target is not None:  # --to-accuracy: train to a target instead of timing steps
         accuracy = importlib.import_module("hvdcls.bench.accuracy")
@@ -213,8 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"hvdcls {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=OneLineParser)
-    for add in (add_train, add_lr_find, add_data, add_doctor, add_smoke, add_demo, add_timeline, add_report,
-                add_bench):
+    for add in (add_train, add_lr_find, add_evaluate, add_export, add_predict, add_data, add_doctor, add_smoke,
+                add_demo, add_timeline, add_report, add_bench):
         add(sub)
     importlib.import_module("hvdcls.serve.commands").add_parsers(sub)  # argparse only
     importlib.import_module("hvdcls.sweep.arguments").add_parser(sub)  # argparse only

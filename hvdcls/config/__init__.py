@@ -18,6 +18,7 @@ from omegaconf.errors import OmegaConfBaseException, ValidationError
 from hvdcls.config.checks import CHOICES, get, lr_setting, not_a_choice, validate  # noqa: F401 (get: API)
 from hvdcls.config.schema import *  # noqa: F403 (the schema's names, where they always were)
 from hvdcls.config.schema import SECTIONS, Config
+from hvdcls import pretrained
 from hvdcls.errors import UserError
 
 
@@ -74,9 +75,9 @@ def load(config_file: Optional[Path] = None, overrides: Sequence[str] = (),
     if flags:
         layers.append(("flag", _guard(lambda: OmegaConf.create(_nest(flags)), "flag")))
     merged = _merge(OmegaConf.structured(Config), layers)
-    defaults = _defaults_for(merged)
-    if defaults is not None:
-        merged = _merge(OmegaConf.structured(Config), [(defaults[0], OmegaConf.create(defaults[1])), *layers])
+    defaults = [(name, OmegaConf.create(layer)) for name, layer in _defaults_for(merged)]
+    if defaults:
+        merged = _merge(OmegaConf.structured(Config), [*defaults, *layers])
     try:
         config = cast(Config, OmegaConf.to_object(merged))  # resolves ${...} interpolations
     except OmegaConfBaseException as err:
@@ -125,16 +126,34 @@ def _off_is_a_word(layer) -> None:
             OmegaConf.update(layer, key, "off")
 
 
-def _defaults_for(merged) -> Optional[tuple[str, dict]]:
-    """The defaults layered under everything for this data, named for error lines; None: the
-    schema's alone."""
+def _defaults_for(merged) -> list[tuple[str, dict]]:
+    """The defaults layered under everything for this data and these weights, lowest first,
+    named for error lines; none: the schema's alone."""
+    layers = [*_data_defaults(merged), *_weights_defaults(merged)]
+    return layers
+
+
+def _data_defaults(merged) -> list[tuple[str, dict]]:
     if _is_digits(merged.data):
-        return "digits defaults", DIGITS_DEFAULTS
+        return [("digits defaults", DIGITS_DEFAULTS)]
     try:
         users = bool(merged.data.path) and not merged.training.eval_only and not merged.training.elastic
     except OmegaConfBaseException:  # an unresolvable value: validation names it later
-        return None
-    return ("user data defaults", USER_DATA_DEFAULTS) if users else None
+        return []
+    return [("user data defaults", USER_DATA_DEFAULTS)] if users else []
+
+
+def _weights_defaults(merged) -> list[tuple[str, dict]]:
+    """model.weights' own preprocessing (hvdcls.pretrained) as data.mean and data.std, under
+    the file, the overrides and the flags: a user who sets them still wins."""
+    try:
+        source = pretrained.parse(merged.model.weights)
+        expected = pretrained.preprocessing(source, merged.model.name)
+    except OmegaConfBaseException:  # an unresolvable value: validation names it later
+        return []
+    if expected is None:
+        return []
+    return [("the weights' preprocessing", {"data": {"mean": expected.mean, "std": expected.std}})]
 
 
 def _is_digits(data) -> bool:

@@ -24,6 +24,12 @@ class ModelConfig:
     # The ViTs' patch (hvdcls.models.VIT); None: the architecture's own (16, or 14 for vit_h_14).
     # data.image_size must be a multiple of it: e.g. 32 px in patches of 8 for a CPU run.
     patch_size: Optional[int] = None
+    # Initial weights (hvdcls.pretrained, docs/models.md): none (random); the framework's own
+    # pretrained names (torchvision's DEFAULT, IMAGENET1K_V2, ...; keras.applications' imagenet),
+    # from its cache; a file (.pth, .pt, .safetensors; .weights.h5, .keras); an hvdcls run
+    # directory or checkpoint of the same backend. A head of another class count is replaced;
+    # the weights' preprocessing (data.mean, data.std) comes with them unless set.
+    weights: str = "none"
 
 
 @dataclass

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from hvdcls import __version__, allocator, horovod_env, registry, status_file
+from hvdcls import __version__, allocator, horovod_env, modelcard, pretrained, registry, status_file
 from hvdcls import config as cfg
 from hvdcls.backend import Backend, Context, share_cores, weights_digest
 from hvdcls.data import bad_files, datasets
@@ -126,7 +126,7 @@ def train_watched(job: Job, ctx: Context, kind: "RunKind", dog: watchdog.Watchdo
                                          resumed.state if resumed is not None else None)
     job = dataclasses.replace(job, config=config, lr_find=found)
     dog.last_record = stop_writer(job, ctx, outputs)  # its record: the rate trained with
-    outputs.say(banner(job, ctx, kind.label, outputs.run_dir))
+    outputs.say(banner(job, ctx, kind.label, outputs.run_dir, model_info.get("weights")))
     start_epoch, history = kind.restore(job, ctx, resumed, outputs)
     if config.training.eval_only:  # plain runs only: the config refuses it with elastic
         trainer = Trainer(config, backend, ctx, data, outputs, phases=dog.phases)
@@ -134,6 +134,7 @@ def train_watched(job: Job, ctx: Context, kind: "RunKind", dog: watchdog.Watchdo
         return evaluate_only(trainer, backend, ctx, resumed, outputs)
     with Monitor(kind.make_sinks(job, ctx, outputs)) as monitor, failures_told(monitor):
         outputs.write_config(cfg.to_yaml(config))
+        outputs.write_json(modelcard.CARD_FILE, run_card(config, job).to_dict())
         with bad_file_failures(data):
             ended = kind.train(job, ctx, outputs, monitor, start_epoch, history, dog)
         dog.phases.enter(watchdog.FINISHING)
@@ -154,12 +155,39 @@ def failures_told(monitor: Monitor):
         raise
 
 
-def banner(job: Job, ctx: Context, label: str, run_dir: Path) -> str:
+def run_card(config: cfg.Config, job: Job) -> modelcard.ModelCard:
+    """RUN_DIR/model_card.json: the classes and preprocessing evaluation, export and predict
+    read; the weights they use are the EMA's when the run keeps one."""
+    card = modelcard.from_config(config, job.backend_name, job.data.classes)
+    card.weights = "ema" if config.training.ema_decay is not None else "model"
+    return card
+
+
+def banner(job: Job, ctx: Context, label: str, run_dir: Path, weights: Optional[dict] = None) -> str:
     data = job.data
     return (f"hvdcls {__version__}: {job.backend_name} backend, {label}{ctx.size} process(es) "
             f"({ctx.controller}), {data.name}: {len(data.train)} train / {len(data.val)} val "
             f"images, {job.num_classes} classes, augment {augment_line(data)}, "
-            f"{lr_line(job, ctx)} -> {run_dir}")
+            f"{lr_line(job, ctx)}, {weights_line(job.config, weights)} -> {run_dir}")
+
+
+def weights_line(config: cfg.Config, loaded: Optional[dict]) -> str:
+    """'weights: the file r18.pth (head fc replaced: 1000 -> 10 classes), preprocessing: ...'.
+    `loaded`: what the backend's build reported of model.weights (model_info['weights'])."""
+    source = pretrained.parse(config.model.weights)
+    if source.kind == "none":
+        return "weights: random initialisation"
+    line = f"weights: {source.describe()}"
+    if loaded and loaded.get("replaced"):
+        line += f" (head replaced: {', '.join(loaded['replaced'])})"
+    if loaded and loaded.get("interpolated"):
+        line += f" ({', '.join(loaded['interpolated'])} interpolated)"
+    expected = pretrained.preprocessing(source, config.model.name)
+    data = config.data
+    if expected is not None and ([round(v, 6) for v in data.mean], [round(v, 6) for v in data.std]) == \
+            ([round(v, 6) for v in expected.mean], [round(v, 6) for v in expected.std]):
+        return line + f", preprocessing from {expected.source}"
+    return line + f", preprocessing data.mean={data.mean} data.std={data.std} (the config's)"
 
 
 def lr_line(job: Job, ctx: Context) -> str:

@@ -25,14 +25,16 @@ ALLOWED = {
     "hvdcls.training": {CORE, "hvdcls.data", "hvdcls.observe"},
     # training.balance's planner; observe's timeline reader (the step anatomy's report)
     "hvdcls.bench": {CORE, "hvdcls.data", "hvdcls.training", "hvdcls.observe"},
+    # evaluate, export, predict: a run's checkpoint and config (training), its data, its plots
+    "hvdcls.inference": {CORE, "hvdcls.data", "hvdcls.training", "hvdcls.observe"},
     # The service launches `hvdcls train` as processes: it never imports training or a framework.
     "hvdcls.serve": {CORE},
     # The sweep's space is read against the config; its trials go through the service's client,
     # its metrics are the epoch records' (observe), and its parent run reuses the tracker's settings.
     "hvdcls.sweep": {CORE, "hvdcls.serve", "hvdcls.observe"},
     # Backends implement the contract over the data's batches; never the loop nor the bench.
-    "torch_backend": {CORE, "hvdcls.data", "hvdcls.checks"},
-    "tf_backend": {CORE, "hvdcls.data", "hvdcls.checks"},
+    "torch_backend": {CORE, "hvdcls.data", "hvdcls.checks", "hvdcls.inference"},
+    "tf_backend": {CORE, "hvdcls.data", "hvdcls.checks", "hvdcls.inference"},
 }
 
 

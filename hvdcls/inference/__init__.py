@@ -1,0 +1,11 @@
+"""Using a trained model: `hvdcls evaluate`, `hvdcls export` and `hvdcls predict` (docs/models.md).
+
+    run.py        a run directory or checkpoint as a model card, a config and the weights to use
+    contract.py   InferenceModel: what a backend's `inference.py` gives the commands here
+    metrics.py    top-k, per-class precision/recall/F1/support, the confusion matrix (numpy)
+    evaluate.py   `hvdcls evaluate RUN_DIR [--data PATH]`
+    export.py     `hvdcls export RUN_DIR --format F -o PATH`
+    predict.py    `hvdcls predict MODEL IMAGES...` (a run, a checkpoint or an ONNX file)
+
+Single-process commands: nothing here starts Horovod.
+"""
