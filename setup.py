@@ -41,6 +41,7 @@ setup(
         "mpi": ["mpi4py>=4"],
         "serve": requirements("serve"),  # hvdcls serve / submit / jobs / ... (docs/serve.md)
         "track": requirements("track"),  # hvdcls train --mlflow URI (docs/tracking.md)
+        "models": requirements("models"),  # hvdcls export / predict with ONNX, safetensors (docs/models.md)
         # The sweep (docs/sweeps.md): Optuna, and the search space's parser, of which hydra-core
         # itself cannot be listed, as its metadata caps omegaconf below our pin; `make setup`
         # installs it --no-deps (requirements/sweep-space.txt), and its missing is one line naming that.

@@ -83,7 +83,7 @@ requirement_files() {
     local tf=requirements/tensorflow.txt
     [ "$GPU" = 1 ] && tf=requirements/tensorflow-gpu.txt
     echo requirements/core.txt requirements/serve.txt requirements/track.txt requirements/sweep.txt \
-        requirements/torch.txt "$tf" requirements/test.txt
+        requirements/models.txt requirements/torch.txt "$tf" requirements/test.txt
 }
 
 # hydra-core goes in without its dependencies (requirements/sweep-space.txt says why): pip's resolver
