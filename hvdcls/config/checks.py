@@ -86,6 +86,9 @@ def validate(config: Config) -> None:
         raise UserError("config optimizer.nesterov=true needs optimizer.momentum > 0")
     if config.training.eval_only and not config.training.resume:
         raise UserError("config training.eval_only=true needs a checkpoint to evaluate: --resume PATH")
+    if config.training.elastic and config.data.sampler == "balanced":
+        raise UserError("config data.sampler=balanced with training.elastic=true: an elastic epoch deals "
+                        "each sample once over whatever world there is; use data.sampler=shuffle")
     if config.training.elastic and config.training.eval_only:
         raise UserError("config training.elastic=true with training.eval_only=true: evaluation "
                         "alone has nothing to recover, drop training.elastic")

@@ -72,6 +72,10 @@ class DataConfig:
     # in summary.json). fail by default: a broken file usually means a broken copy of the data
     # set, and a run that silently trains on less is not the run that was asked for.
     bad_files: Literal["fail", "skip"] = "fail"
+    # Which samples an epoch holds: shuffle (each once, shuffled), or balanced (as many draws,
+    # with replacement, each class equally likely: for imbalanced classes). Sharded alike:
+    # every rank runs the same number of steps.
+    sampler: Literal["shuffle", "balanced"] = "shuffle"
     # Batch mixing (hvdcls.data.mixing), on by alpha > 0: each batch is mixed with itself
     # rolled by one; with both on, cutmix is picked with probability mix_switch_prob.
     mixup_alpha: float = 0.0

@@ -12,7 +12,7 @@ keeps the reduced accuracy exact: sum of correct over ranks / sum of counts over
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -22,6 +22,24 @@ from hvdcls.errors import UserError
 
 def epoch_permutation(num_samples: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(num_samples)
+
+
+BALANCED_STREAM = 7  # a generator stream of its own: the balanced draw is not the permutation's
+
+
+def class_balanced_weights(labels: np.ndarray) -> np.ndarray:
+    """data.sampler=balanced: each sample's probability of being drawn, so that every class
+    present is drawn equally often in expectation (1 / (classes x its class's count))."""
+    labels = np.asarray(labels)
+    classes, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    return 1.0 / (len(classes) * counts[inverse])
+
+
+def balanced_draw(weights: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+    """An epoch of len(weights) indices drawn with replacement by `weights`: every rank draws
+    the same from (seed, epoch), without talking."""
+    rng = np.random.default_rng([seed, epoch, BALANCED_STREAM])
+    return rng.choice(len(weights), size=len(weights), replace=True, p=weights / weights.sum())
 
 
 def at_least_one_step(shards) -> None:
@@ -42,6 +60,10 @@ class TrainShards:
     batch_size: int  # per backward pass
     backward_passes: int = 1  # micro-batches per optimizer step
     seed: int = 0
+    # data.sampler=balanced: per-sample draw probabilities (class_balanced_weights); None: each
+    # sample once an epoch, shuffled. Either way an epoch has num_samples entries, so the steps
+    # per epoch and every rank's share are the same.
+    weights: Optional[np.ndarray] = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         at_least_one_step(self)
@@ -57,7 +79,10 @@ class TrainShards:
 
     def padded_order(self, epoch: int) -> np.ndarray:
         """The epoch's permutation, wrapped around to samples_per_rank x world_size entries."""
-        order = epoch_permutation(self.num_samples, self.seed, epoch)
+        if self.weights is not None:
+            order = balanced_draw(self.weights, self.seed, epoch)
+        else:
+            order = epoch_permutation(self.num_samples, self.seed, epoch)
         return np.resize(order, self.samples_per_rank * self.world_size)  # wraps around
 
     def indices(self, epoch: int) -> np.ndarray:

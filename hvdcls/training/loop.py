@@ -23,7 +23,7 @@ from hvdcls.backend import Backend, Context, Sums, add
 from hvdcls.config import Config
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.data.mixing import BatchMix
-from hvdcls.data.sharding import BalancedShards, ElasticShards, TrainShards, eval_batches
+from hvdcls.data.sharding import BalancedShards, ElasticShards, TrainShards, class_balanced_weights, eval_batches
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
 from hvdcls.observe.monitor import EpochRecord, LossReads, Monitor, RunInfo, StepSample
@@ -163,6 +163,14 @@ def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seco
         wall_time=wall_time)
 
 
+def sampler_weights(config: Config, data: Data) -> Optional[np.ndarray]:
+    """data.sampler=balanced: each training sample's draw probability; None: shuffle."""
+    if config.data.sampler != "balanced":
+        return None
+    train = data.train
+    return class_balanced_weights(np.fromiter((train.label(i) for i in range(len(train))), np.int64, len(train)))
+
+
 def world_hosts(backend: Backend, ctx: Context) -> dict[str, int]:
     """Ranks per host of this world (a collective: every rank calls it), for rank 0's
     status.json: what the job itself says it runs on, after an elastic reset too."""
@@ -197,7 +205,7 @@ class Trainer:
         balancing = balance.settings(config, ctx.size, ctx.device.startswith("cuda"))
         shards = TrainShards if balancing.mode == "off" else BalancedShards
         self.shards = shards(len(data.train), ctx.size, ctx.rank, config.training.batch_size,
-                             self.passes, config.training.seed)  # a plain run's batches
+                             self.passes, config.training.seed, sampler_weights(config, data))  # a plain run's batches
         # An elastic attempt's batches come from ElasticShards (hvdcls.training.elastic): no
         # wrap-around padding, so an epoch may have fewer steps (959 images, 3 ranks, batch 32:
         # 9, not 10). The count of the shards the batches come from is `steps_per_epoch`, the

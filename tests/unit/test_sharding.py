@@ -232,3 +232,31 @@ def test_balanced_elastic_epoch_reads_each_sample_once_for_any_plan_and_world(
 def test_balanced_elastic_batches_refuse_a_plan_of_another_world():
     with pytest.raises(ValueError):
         ElasticShards(100, 2, 0, 8).balanced_batches(0, 0, (6, 5, 5))
+
+
+def test_the_balanced_sampler_draws_every_class_alike_and_keeps_the_steps():
+    """data.sampler=balanced: 90 % of the samples in class 0, yet over epochs each class is
+    drawn about as often; every rank runs the same steps as with shuffling, and the ranks'
+    draws are one epoch's draw dealt out (the same on every rank, no talking)."""
+    from hvdcls.data.sharding import class_balanced_weights
+
+    labels = np.array([0] * 900 + [1] * 60 + [2] * 40)
+    weights = class_balanced_weights(labels)
+    assert weights.sum() == pytest.approx(1.0)
+    ranks = [TrainShards(1000, 3, r, 16, 1, 5, weights) for r in range(3)]
+    plain = TrainShards(1000, 3, 0, 16, 1, 5)
+    assert all(s.steps_per_epoch == plain.steps_per_epoch for s in ranks)
+    drawn = np.concatenate([np.concatenate([s.indices(e) for s in ranks]) for e in range(10)])
+    shares = np.bincount(labels[drawn], minlength=3) / len(drawn)
+    assert np.allclose(shares, 1 / 3, atol=0.03), shares
+    whole = ranks[0].padded_order(4)
+    assert np.array_equal(np.sort(np.concatenate([s.padded_order(4)[s.rank::3] for s in ranks])), np.sort(whole))
+    assert not np.array_equal(ranks[0].indices(0), ranks[0].indices(1))  # a new draw each epoch
+
+
+def test_balanced_sampling_with_elastic_is_refused_in_one_line():
+    from hvdcls import config as cfg
+    from hvdcls.errors import UserError
+
+    with pytest.raises(UserError, match="data.sampler=balanced with training.elastic"):
+        cfg.load(overrides=["data.sampler=balanced", "training.elastic=true"])
