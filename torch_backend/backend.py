@@ -30,8 +30,7 @@ from hvdcls.horovod_backend import HorovodBackend, sleep_until_done, waits_aslee
 from torch_backend import compiled, data, elastic, models, optimizers, recompute, zero
 from torch_backend.compression import PowerSGDReducer, horovod_exchange
 from torch_backend.sync_bn import SyncBatchNorm
-
-CHECKPOINT_FILE = "torch.pt"
+from torch_backend.weights import CHECKPOINT_FILE, load_initial_weights
 
 
 def make_optimizer(params, config: Config) -> torch.optim.Optimizer:
@@ -106,6 +105,10 @@ class TorchBackend(HorovodBackend):
         compiled.refuse_what_breaks(config)  # training.compile: one line, nothing built
         model = models.build_model(config.model.name, num_classes, config.data.image_size,
                                    config.model.patch_size)
+        # model.weights, before any wrapping: rank 0 reads them, or in elastic mode (no
+        # collective in build) every rank; the broadcast below makes the ranks alike.
+        loaded = load_initial_weights(model, config, hvd.rank(),
+                                      None if config.training.elastic else self.broadcast_object)
         if config.training.activation_checkpointing:
             model = recompute.enable(model, config.model.name)
         if hv.sync_bn:
@@ -158,7 +161,7 @@ class TorchBackend(HorovodBackend):
         if config.training.ema_decay is not None:  # after the broadcast and its optimizer step
             # Model EMA: a copy of every floating entry of the state (parameters, BN statistics).
             self.ema = {name: t.detach().clone() for name, t in self.ema_sources().items()}
-        return {"parameters": models.count_parameters(self.model), "framework": "torch",
+        return {"parameters": models.count_parameters(self.model), "framework": "torch", "weights": loaded,
                 "channels_last": channels_last, "compile": config.training.compile, "zero": config.training.zero,
                 "amp_dtype": str(self.dtype).replace("torch.", "") if self.dtype else None,
                 "horovod": {"compression": hv.compression, "op": hv.op, "sync_bn": hv.sync_bn,
