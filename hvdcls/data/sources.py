@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional, Protocol
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
 from hvdcls.data.bad_files import BadFileLog, UnreadableImage
 from hvdcls.errors import UserError
@@ -70,13 +70,24 @@ class SyntheticSource:
 
 
 def open_image_bytes(data: bytes, name: str) -> Image.Image:
+    """The image file's bytes as an RGB image, upright as its EXIF orientation says (a phone's
+    photo stored sideways); UnreadableImage naming `name` when it cannot be decoded."""
     try:
         with Image.open(io.BytesIO(data)) as image:
-            return image.convert("RGB")
+            return upright(image).convert("RGB")
     except UnidentifiedImageError:  # its message shows a BytesIO address, not the problem
         raise UnreadableImage(name, "not an image format Pillow can identify") from None
     except Exception as err:
         raise UnreadableImage(name, str(err) or type(err).__name__) from None
+
+
+def upright(image: Image.Image) -> Image.Image:
+    """`image` turned as its EXIF orientation tag says. Reading the tag parses only the EXIF
+    block the header held (nothing for most files); exif_transpose, which copies the image
+    even when there is nothing to turn, runs only for a tag that turns it."""
+    if image.getexif().get(ExifTags.Base.Orientation, 1) == 1:
+        return image
+    return ImageOps.exif_transpose(image)
 
 
 @dataclass
