@@ -8,8 +8,9 @@ The backend writes the export (the EMA's weights when the run kept one) with the
 names and preprocessing, loads what it wrote and compares its outputs with the framework's on
 one batch (a few images of the run's validation split, preprocessed as evaluation does; random
 inputs when that data is gone): a difference above 1e-4 is an error. It writes under a hidden
-name beside PATH, renamed into place only once checked, so an existing PATH is replaced only
-by an export that passed.
+name beside PATH (with any file it writes beside that, such as a .pth's PATH.json card),
+renamed into place only once checked, so an existing PATH is replaced only by an export that
+passed.
 """
 from __future__ import annotations
 
@@ -45,9 +46,12 @@ def main(args: argparse.Namespace) -> int:
     tmp = output.parent / f".tmp-{os.getpid()}-{output.name}"  # the name's suffix kept, for the writers
     try:
         report = model.export(fmt, tmp, sample)
+        for companion in companions(tmp):  # a file written beside it: PATH.json, say
+            move_into_place(companion, output.parent / companion.name.replace(tmp.name, output.name, 1))
         move_into_place(tmp, output)
     finally:
-        remove(tmp)
+        for leftover in [tmp, *companions(tmp)]:
+            remove(leftover)
     print(f"{fmt}: {output} ({size_text(disk_bytes(output))}), max abs diff "
           f"{float(report['max_abs_diff']):.1e} against {run.backend} on {origin}")
     return EXIT_OK
@@ -76,6 +80,12 @@ def sample_batch(run: RunModel) -> tuple[np.ndarray, str]:
     side = run.card.image_size
     images = np.random.default_rng(0).standard_normal((SAMPLE_IMAGES, side, side, 3), np.float32)
     return images, f"{SAMPLE_IMAGES} random inputs"
+
+
+def companions(tmp: Path) -> list[Path]:
+    """Files an exporter wrote beside `tmp` under its name and more (a .pth's PATH.json card):
+    they go into place with it, under the output's name and the same ending."""
+    return sorted(p for p in tmp.parent.iterdir() if p.name.startswith(tmp.name) and p.name != tmp.name)
 
 
 def move_into_place(tmp: Path, output: Path) -> None:

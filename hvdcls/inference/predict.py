@@ -45,7 +45,7 @@ def main(args: argparse.Namespace) -> int:
     for path in skipped:
         print(f"hvdcls: warning: skipped {path}: {why_unreadable(path)}", file=sys.stderr)
     write_csv(rows, top_k, args.output)
-    print(f"hvdcls: {len(rows)} images classified in {seconds:.1f} s ({len(rows) / max(seconds, 1e-9):.1f} "
+    print(f"hvdcls: {len(rows)} image{'s' if len(rows) != 1 else ''} classified in {seconds:.1f} s ({len(rows) / max(seconds, 1e-9):.1f} "
           f"images/s){f', {len(skipped)} unreadable skipped' if skipped else ''}"
           f"{f' -> {args.output}' if args.output else ''}", file=sys.stderr)
     return EXIT_FAILURE if skipped else EXIT_OK

@@ -41,13 +41,14 @@ class ColourModel(InferenceModel):
             yield self.logits(images), labels
 
     def export(self, fmt, path, sample):
-        if fmt == "broken":
-            raise UserError("the export's outputs differ from the framework's by 0.5")
         if fmt == "savedmodel":
             path.mkdir()
             (path / "saved_model.pb").write_bytes(b"graph")
         else:
             path.write_bytes(b"weights")
+            Path(f"{path}.json").write_text("{}")  # a card beside it, as torch's .pth export writes
+        if fmt == "broken":
+            raise UserError("the export's outputs differ from the framework's by 0.5")
         self.exported.append((fmt, path, sample.shape))
         return {"format": fmt, "max_abs_diff": 3e-7, "layout": "NHWC"}
 
@@ -200,7 +201,7 @@ def test_export_checks_the_format_and_renames_into_place(run_dir, fake_backend, 
     assert "npy: " in out and "7 B" in out and "3.0e-07" in out and "4 images of the run's validation split" in out
     fmt, written, shape = fake_backend.models[-1].exported[-1]
     assert written.parent == output.parent and written.name.startswith(".") and shape == (4, 8, 8, 3)
-    assert sorted(p.name for p in output.parent.iterdir()) == ["m.npy"]  # nothing hidden left behind
+    assert sorted(p.name for p in output.parent.iterdir()) == ["m.npy", "m.npy.json"]  # nothing hidden left
 
 
 def test_a_failed_export_leaves_the_old_output(run_dir, fake_backend, tmp_path, capsys):
