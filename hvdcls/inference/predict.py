@@ -45,10 +45,17 @@ def main(args: argparse.Namespace) -> int:
     for path in skipped:
         print(f"hvdcls: warning: skipped {path}: {why_unreadable(path)}", file=sys.stderr)
     write_csv(rows, top_k, args.output)
-    print(f"hvdcls: {len(rows)} image{'s' if len(rows) != 1 else ''} classified in {seconds:.1f} s ({len(rows) / max(seconds, 1e-9):.1f} "
-          f"images/s){f', {len(skipped)} unreadable skipped' if skipped else ''}"
-          f"{f' -> {args.output}' if args.output else ''}", file=sys.stderr)
+    print(summary(len(rows), len(skipped), seconds, args.output), file=sys.stderr)
     return EXIT_FAILURE if skipped else EXIT_OK
+
+
+def summary(read: int, skipped: int, seconds: float, output: Optional[Path]) -> str:
+    """'hvdcls: 998 images classified in 4.1 s (243.4 images/s), 2 unreadable skipped -> out.csv'"""
+    line = (f"hvdcls: {read} image{'s' if read != 1 else ''} classified in {seconds:.1f} s "
+            f"({read / max(seconds, 1e-9):.1f} images/s)")
+    if skipped:
+        line += f", {skipped} unreadable skipped"
+    return line + (f" -> {output}" if output else "")
 
 
 def check_arguments(args: argparse.Namespace) -> None:
