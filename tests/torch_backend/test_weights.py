@@ -5,10 +5,6 @@ line when they do not fit; then once through `hvdcls train` (the build hook and 
 No network: torchvision's weights are a random resnet18 at 1000 classes placed in a temporary
 $TORCH_HOME's hub cache under the file name of torchvision's URL.
 """
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +13,10 @@ import torchvision
 from torchvision.models.vision_transformer import VisionTransformer
 
 from hvdcls import config as cfg
-from hvdcls import modelcard, pretrained
+from hvdcls import pretrained
 from hvdcls.errors import UserError
 from tests.run_files import read_json
+from tests.torch_backend.run_layout import hvdcls_train, write_run
 from torch_backend import models, weights
 
 CLASSES = 3
@@ -144,20 +141,6 @@ def test_interpolating_positions_keeps_a_constant_grid_and_the_same_grid():
     assert weights.grid_side((1, 10, 8), 8) == 3 and weights.grid_side((1, 11, 8), 8) == 0
 
 
-def write_run(run_dir: Path, backend: str, state: dict, ema: bool = False) -> Path:
-    """A run directory by hand, in the checkpoint layout `hvdcls train` writes."""
-    config = cfg.load(overrides=["model.name=compact_cnn", "data.name=synthetic", "data.image_size=16"])
-    checkpoint = run_dir / "checkpoints" / "epoch-0002"
-    checkpoint.mkdir(parents=True)
-    (run_dir / "config.yaml").write_text(cfg.to_yaml(config))
-    card = modelcard.from_config(config, backend, [f"c{i}" for i in range(CLASSES)])
-    card.weights = "ema" if ema else "model"
-    modelcard.write(run_dir, card)
-    (checkpoint / "state.json").write_text(json.dumps({"backend": backend, "epoch": 2}))
-    torch.save(state, checkpoint / weights.CHECKPOINT_FILE)
-    return run_dir
-
-
 def test_a_run_gives_its_model_or_its_ema(tmp_path):
     trained, averaged = models.compact_cnn(CLASSES).state_dict(), models.compact_cnn(CLASSES).state_dict()
     averaged = {k: v for k, v in averaged.items() if v.is_floating_point()}  # what the EMA keeps
@@ -206,15 +189,8 @@ def test_hvdcls_train_starts_from_a_file_and_says_so(tmp_path):
     source = models.compact_cnn(10)
     path = tmp_path / "cnn.pth"
     torch.save(source.state_dict(), path)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "hvdcls", "train", "--backend", "torch", "--epochs", "1",
-         "--output-dir", str(tmp_path / "run"), "model.name=compact_cnn", f"model.weights={path}",
-         "data.name=synthetic", "data.synthetic.num_samples=32", f"data.synthetic.num_classes={CLASSES}",
-         "data.image_size=16", "data.workers=0", "training.batch_size=16", "schedule.warmup_epochs=0",
-         "optimizer.lr=0", "output.report=false", "output.tensorboard=false"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    result = hvdcls_train(tmp_path, "--output-dir", str(tmp_path / "run"), "model.name=compact_cnn",
+                          f"model.weights={path}", f"data.synthetic.num_classes={CLASSES}", "optimizer.lr=0")
     head = len(source) - 1  # compact_cnn's head: the Sequential's last module
     assert f"weights: the file {path} (head replaced: {head}: 10 -> {CLASSES} classes)" in result.stdout
     info = read_json(tmp_path / "run" / "summary.json")["model_info"]["weights"]
