@@ -101,9 +101,13 @@ class TorchInference(InferenceModel):
 
 
 def builder(card: ModelCard) -> dict:
-    """How to build the architecture again: torchvision's get_model for its models (so a plain
-    torchvision script loads a state-dict export), else hvdcls's builder and its arguments."""
+    """How to build the architecture again: torchvision's get_model or timm's create_model for
+    their models (so a plain torchvision or timm script loads a state-dict export), else
+    hvdcls's builder and its arguments."""
     name = normalise_name(card.model)
+    if card.model.startswith(models.TIMM_PREFIX):
+        return {"call": "timm.create_model", "args": [card.model[len(models.TIMM_PREFIX):]],
+                "kwargs": {"num_classes": card.num_classes}}
     if name != normalise_name(COMPACT_CNN) and vit_spec(card.model) is None:
         tv_name = models.torchvision_names()[name]
         return {"call": "torchvision.models.get_model", "args": [tv_name],
@@ -118,6 +122,10 @@ def build_again(spec: dict) -> nn.Module:
         import torchvision
 
         return torchvision.models.get_model(*spec["args"], **spec["kwargs"])
+    if spec["call"] == "timm.create_model":
+        import timm
+
+        return timm.create_model(*spec["args"], **spec["kwargs"])
     return models.build_model(*spec["args"], **spec["kwargs"])
 
 

@@ -1,7 +1,7 @@
 """Models for the PyTorch backend: compact_cnn (see hvdcls/models.py), the ViTs of
-hvdcls.models.VIT (torch_backend/vit.py), or torchvision by name. torchvision is imported only
-for the models it builds: it costs every rank about 0.1 s of start-up, which compact_cnn's
-runs to a target accuracy need not pay.
+hvdcls.models.VIT (torch_backend/vit.py), torchvision by name, or timm's as `timm/NAME` (when
+timm is installed). torchvision is imported only for the models it builds: it costs every rank
+about 0.1 s of start-up, which compact_cnn's runs to a target accuracy need not pay.
 
 Mirror: tf_backend/models.py.
 """
@@ -13,6 +13,8 @@ from torch import nn
 from hvdcls.errors import UserError
 from hvdcls.models import BN_EPSILON, BN_MOMENTUM, COMPACT_CNN, COMPACT_CNN_LAYERS, VIT, Conv, normalise_name, vit_spec
 from torch_backend.vit import vision_transformer
+
+TIMM_PREFIX = "timm/"  # model.name=timm/NAME: timm.create_model(NAME)
 
 
 def compact_cnn(num_classes: int) -> nn.Module:
@@ -46,6 +48,8 @@ def build_model(name: str, num_classes: int, image_size: int = 224,
     size matters to the ViTs only (their position embeddings), as does `patch_size`."""
     if normalise_name(name) == normalise_name(COMPACT_CNN):
         return compact_cnn(num_classes)
+    if name.startswith(TIMM_PREFIX):
+        return timm_model(name[len(TIMM_PREFIX):], num_classes)
     vit = vit_spec(name)
     if vit is not None:
         return vision_transformer(vit, num_classes, image_size, patch_size)
@@ -57,6 +61,19 @@ def build_model(name: str, num_classes: int, image_size: int = 224,
                         f"({', '.join(VIT)}) or a torchvision classification model (e.g. resnet18, resnet50)")
     return torchvision.models.get_model(known[normalise_name(name)], weights=None,
                                         num_classes=num_classes)
+
+
+def timm_model(name: str, num_classes: int) -> nn.Module:
+    """timm's model `name`, untrained (timm's own initialisation), with `num_classes` outputs.
+    Its input size is the model's own: timm's ViTs take the size they were defined for."""
+    try:
+        import timm
+    except ImportError:
+        raise UserError(f"model.name={TIMM_PREFIX}{name} needs timm: pip install timm") from None
+    if not timm.is_model(name):
+        raise UserError(f"unknown timm model {name!r} (timm.list_models() names them, e.g. resnet18, "
+                        "convnext_atto)")
+    return timm.create_model(name, pretrained=False, num_classes=num_classes)
 
 
 def convert_sync_batchnorm(module: nn.Module, sync_bn_class) -> nn.Module:

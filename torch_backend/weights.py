@@ -112,10 +112,10 @@ def read_source(source: pretrained.WeightsSource, model_name: str) -> Tensors:
 def framework_weights(name: str, model_name: str):
     """torchvision's weights enum member `name` (any case) for `model_name`; a name the model
     has no weights for is a one-line UserError listing those it has."""
-    from torch_backend.models import torchvision_names
+    from torch_backend.models import TIMM_PREFIX, torchvision_names
 
-    if normalise_name(model_name) == normalise_name(COMPACT_CNN):
-        raise UserError(f"model.weights={name}: {COMPACT_CNN} has no torchvision weights; "
+    if normalise_name(model_name) == normalise_name(COMPACT_CNN) or model_name.startswith(TIMM_PREFIX):
+        raise UserError(f"model.weights={name}: {model_name} has no torchvision weights; "
                         "give a weights file or an hvdcls run")
     import torchvision
 

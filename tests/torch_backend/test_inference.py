@@ -183,3 +183,19 @@ def test_a_checkpoint_that_does_not_fit_its_card_is_one_line(tmp_path):
     run = write_run(tmp_path / "run", "torch", {"model": models.compact_cnn(CLASSES + 1).state_dict()})
     with pytest.raises(UserError, match="does not fit compact_cnn with 3 classes"):
         inference.load(open_run(run), "cpu")
+
+
+def test_a_timm_models_state_dict_export_loads_into_plain_timm(tmp_path):
+    timm = pytest.importorskip("timm")
+    state = models.build_model("timm/resnet18", CLASSES).state_dict()
+    loaded = inference.load(open_run(write_run(tmp_path / "run", "torch", {"model": state},
+                                               model="timm/resnet18")), "cpu")
+    sample = np.random.default_rng(2).standard_normal((2, 16, 16, 3)).astype(np.float32)
+    loaded.export("state-dict", tmp_path / "t.pth", sample)
+    builder = json.loads((tmp_path / "t.pth.json").read_text())["extra"]["builder"]
+    assert builder == {"call": "timm.create_model", "args": ["resnet18"], "kwargs": {"num_classes": CLASSES}}
+    plain = timm.create_model(*builder["args"], **builder["kwargs"])
+    plain.load_state_dict(torch.load(tmp_path / "t.pth"))
+    with torch.no_grad():
+        logits = plain.eval()(torch.from_numpy(sample).permute(0, 3, 1, 2)).numpy()
+    np.testing.assert_allclose(logits, loaded.logits(sample), atol=1e-5)

@@ -198,3 +198,16 @@ def test_hvdcls_train_starts_from_a_file_and_says_so(tmp_path):
                     "interpolated": []}
     trained = torch.load(tmp_path / "run" / "checkpoints" / "epoch-0001" / weights.CHECKPOINT_FILE)["model"]
     assert torch.equal(trained["0.weight"], source.state_dict()["0.weight"])  # lr 0: as loaded
+
+
+def test_a_timm_model_takes_a_timm_checkpoint_with_its_head_replaced(tmp_path):
+    timm = pytest.importorskip("timm")
+    model = models.build_model("timm/resnet18", CLASSES)
+    assert type(model).__module__.startswith("timm.") and model.fc.out_features == CLASSES
+    source = timm.create_model("resnet18", pretrained=False, num_classes=1000).state_dict()
+    path = tmp_path / "timm.pth"
+    torch.save({"state_dict": source, "epoch": 9}, path)
+    assert load(model, str(path), "timm/resnet18")["replaced"] == [f"fc: 1000 -> {CLASSES} classes"]
+    assert_backbone_is(model, source)
+    with pytest.raises(UserError, match="unknown timm model 'no_such_net'"):
+        models.build_model("timm/no_such_net", CLASSES)
