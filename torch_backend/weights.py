@@ -28,6 +28,7 @@ from torch import nn
 from hvdcls import pretrained
 from hvdcls.errors import UserError
 from hvdcls.models import COMPACT_CNN, normalise_name
+from torch_backend.models import TIMM_PREFIX, torchvision_names
 
 if TYPE_CHECKING:
     from hvdcls.config import Config
@@ -112,8 +113,6 @@ def read_source(source: pretrained.WeightsSource, model_name: str) -> Tensors:
 def framework_weights(name: str, model_name: str):
     """torchvision's weights enum member `name` (any case) for `model_name`; a name the model
     has no weights for is a one-line UserError listing those it has."""
-    from torch_backend.models import TIMM_PREFIX, torchvision_names
-
     if normalise_name(model_name) == normalise_name(COMPACT_CNN) or model_name.startswith(TIMM_PREFIX):
         raise UserError(f"model.weights={name}: {model_name} has no torchvision weights; "
                         "give a weights file or an hvdcls run")
