@@ -134,6 +134,23 @@ def test_evaluate_other_data_all_of_a_folder_without_val(run_dir, fake_backend, 
     assert not (run_dir / "evaluation.json").exists()
 
 
+def test_evaluate_an_lmdb_files_val_split(run_dir, fake_backend, tmp_path, capsys):
+    from hvdcls.data import lmdb_store
+
+    lmdb_store.pack(image_folder(tmp_path / "tree"), tmp_path / "data.lmdb", progress=False)
+    status, _, _ = hvdcls(capsys, "evaluate", run_dir, "--data", tmp_path / "data.lmdb", "-j", 0)
+    result = json.loads((run_dir / "evaluation.json").read_text())
+    assert status == 0 and result["top1"] == pytest.approx(11 / 12)
+    assert result["data"]["format"] == "lmdb" and result["data"]["split"] == "val" and result["data"]["images"] == 12
+
+
+def test_evaluate_names_an_unreadable_image_under_the_runs_fail_policy(run_dir, fake_backend, tmp_path, capsys):
+    other = image_folder(tmp_path / "other", mislabel=False)
+    (other / "val" / "red" / "broken.png").write_bytes(b"not a png")
+    status, _, err = hvdcls(capsys, "evaluate", run_dir, "--data", other, "-j", 0)
+    assert status == 2 and "broken.png" in err and "data.bad_files=skip" in err and err.count("\n") == 1
+
+
 def test_evaluate_refuses_data_whose_classes_differ(run_dir, fake_backend, tmp_path, capsys):
     other = image_folder(tmp_path / "other", classes=CLASSES[:5], mislabel=False)
     (other / "val" / "violet").mkdir()
