@@ -34,7 +34,8 @@ def load(path: Path) -> "OnnxModel":
         session = ort.InferenceSession(str(path), providers=_providers(ort))
     except Exception as err:  # ONNX Runtime's own exception types, one per failure
         reason = (str(err).strip().splitlines() or [type(err).__name__])[-1]
-        raise UserError(f"MODEL {path}: not a model ONNX Runtime can load ({reason})") from None
+        raise UserError(f"MODEL {path} is not an ONNX file ONNX Runtime can load ({reason}); MODEL is "
+                        "a run directory, a checkpoint directory or an ONNX export") from None
     card, layout = card_from_metadata(session.get_modelmeta().custom_metadata_map, path)
     return OnnxModel(session, card, layout)
 

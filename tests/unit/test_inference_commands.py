@@ -290,3 +290,42 @@ def test_an_onnx_file_without_metadata_is_one_line(fake_onnxruntime, tmp_path, c
     solid(tmp_path / "x.png", COLOURS[0])
     status, _, err = hvdcls(capsys, "predict", model_file, tmp_path / "x.png")
     assert status == 2 and "has no hvdcls metadata (class_names, image_size" in err and err.count("\n") == 1
+
+
+def colour_onnx(path, card, opset=17):
+    """A real ONNX file of ColourModel (NCHW: the mean colour, then minus its squared distance
+    from each class's colour, x10), written with onnx.helper and hvdcls's metadata."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    colours = numpy_helper.from_array((COLOURS / 255.0).astype(np.float32).T[None], "colours")  # (1, 3, C)
+    nodes = [helper.make_node("ReduceMean", ["input"], ["mean"], axes=[2, 3], keepdims=1),  # (N, 3, 1, 1)
+             helper.make_node("Squeeze", ["mean", "last"], ["rgb"]),  # (N, 3, 1)
+             helper.make_node("Sub", ["rgb", "colours"], ["diff"]),
+             helper.make_node("Mul", ["diff", "diff"], ["squared"]),
+             helper.make_node("ReduceSum", ["squared", "channels"], ["distance"], keepdims=0),
+             helper.make_node("Mul", ["distance", "scale"], ["logits"])]
+    constants = [colours, numpy_helper.from_array(np.array([3], np.int64), "last"),
+                 numpy_helper.from_array(np.array([1], np.int64), "channels"),
+                 numpy_helper.from_array(np.array(-10.0, np.float32), "scale")]
+    inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, None, None])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", len(CLASSES)])]
+    graph = helper.make_graph(nodes, "colours", inputs, outputs, constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    for key, value in card.onnx_metadata("NCHW").items():
+        model.metadata_props.add(key=key, value=value)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_predict_with_a_real_onnx_file_and_onnx_runtime(run_dir, tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    model_file = colour_onnx(tmp_path / "colours.onnx", modelcard.find(run_dir))
+    for name in ("green", "magenta", "amber"):
+        solid(tmp_path / "p" / f"{name}.jpg", COLOURS[CLASSES.index(name)], size=(30, 20))
+    status, out, _ = hvdcls(capsys, "predict", model_file, tmp_path / "p", "-k", 6, "-j", 2, "-b", 2)
+    rows = read_csv(out)
+    assert status == 0 and [row[1] for row in rows[1:]] == ["amber", "green", "magenta"]
+    model = onnx_model.load(model_file)
+    sample = np.random.default_rng(0).random((2, 8, 8, 3), np.float32)
+    np.testing.assert_allclose(model.logits(sample), ColourModel(None).logits(sample), rtol=1e-5, atol=1e-5)
