@@ -27,7 +27,7 @@ import numpy as np
 
 from hvdcls import registry
 from hvdcls.data import datasets, lmdb_store
-from hvdcls.data.bad_files import BadFileLog, CheckedSource
+from hvdcls.data.bad_files import BadFileLog, CheckedSource, summarise
 from hvdcls.data.sources import Data, FileSource, scan_classes
 from hvdcls.errors import EXIT_OK, UserError
 from hvdcls.fileio import write_atomic, write_json_atomic
@@ -63,8 +63,9 @@ def main(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with bad_file_failures(evaluated.data):
         metrics = measure(model, evaluated.data, run, args.batch_size, args.workers)
+    log = evaluated.data.bad_files
     evaluated.description.update(images=metrics.count, seconds=round(time.perf_counter() - started, 3),
-                                 skipped=evaluated.data.bad_files.skipped() if evaluated.data.bad_files else [])
+                                 bad_files=summarise(log.policy, [log.skipped()]) if log else None)
     result = {**metrics.result(run.card.class_names), "class_names": run.card.class_names,
               "data": evaluated.description, "weights": model.card.weights,
               "checkpoint": str(run.checkpoint_dir)}

@@ -25,12 +25,16 @@ import numpy as np
 from hvdcls import registry
 from hvdcls.data import datasets
 from hvdcls.errors import EXIT_OK, UserError
+from hvdcls.inference.contract import DIRECTORY_FORMATS
 from hvdcls.inference.images import eval_preprocess
 from hvdcls.inference.run import RunModel, open_run
 
 SAMPLE_IMAGES = 4  # the batch an export is checked on
 # Formats whose writer insists on a file name ending (Keras' model.save)
 REQUIRED_SUFFIXES = {"keras": ".keras"}
+# What an earlier export of a directory format holds: only such a directory (or an empty one)
+# is replaced, never a directory the user meant to write into.
+EXPORT_MARKERS = {"savedmodel": "saved_model.pb"}
 
 
 def main(args: argparse.Namespace) -> int:
@@ -63,6 +67,11 @@ def check_format(fmt: str, output: Path, backend: str, formats: tuple[str, ...])
     suffix = REQUIRED_SUFFIXES.get(fmt)
     if suffix and not output.name.endswith(suffix):
         raise UserError(f"--format {fmt} writes a {suffix} file: name it so (-o {output.stem}{suffix})")
+    if output.is_dir() and fmt not in DIRECTORY_FORMATS:
+        raise UserError(f"-o {output} is a directory: name the file --format {fmt} writes")
+    if output.is_dir() and any(output.iterdir()) and not (output / EXPORT_MARKERS.get(fmt, "")).is_file():
+        raise UserError(f"-o {output} is a directory that holds no {fmt} export: it is not replaced "
+                        "(name a new or empty directory)")
 
 
 def sample_batch(run: RunModel) -> tuple[np.ndarray, str]:

@@ -232,6 +232,13 @@ def test_a_failed_export_leaves_the_old_output(run_dir, fake_backend, tmp_path, 
 def test_a_directory_export_replaces_the_old_directory(run_dir, fake_backend, tmp_path, capsys):
     output = tmp_path / "saved"
     output.mkdir()
+    (output / "notes.txt").write_text("the user's")
+    status, _, err = hvdcls(capsys, "export", run_dir, "--format", "savedmodel", "-o", output)
+    assert status == 2 and "holds no savedmodel export" in err and (output / "notes.txt").is_file()
+    status, _, err = hvdcls(capsys, "export", run_dir, "--format", "npy", "-o", output)
+    assert status == 2 and "is a directory: name the file" in err
+    (output / "notes.txt").unlink()
+    (output / "saved_model.pb").write_text("from an older export")
     (output / "stale.txt").write_text("from an older export")
     status, _, _ = hvdcls(capsys, "export", run_dir, "--format", "savedmodel", "-o", output)
     assert status == 0 and sorted(p.name for p in output.iterdir()) == ["saved_model.pb"]
