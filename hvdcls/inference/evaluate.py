@@ -44,8 +44,8 @@ CONFUSION_PNG = "confusion_matrix.png"
 
 @dataclass
 class EvalData:
-    """What is evaluated: one split, its classes (checked against the card's), and its
-    description for evaluation.json's `data`."""
+    """What is evaluated: `data.val` (its classes `data.classes`, checked against the card's)
+    and its description for evaluation.json's `data`."""
 
     data: Data  # its `val` is the split evaluated, under the run's data.bad_files policy
     description: dict
@@ -81,7 +81,8 @@ def eval_data(run: RunModel, path: Optional[Path]) -> EvalData:
     if path is None:
         data = datasets.open_data(run.config)
         where = run.config.data.path or f"the run's {data.name} data"
-        return EvalData(data, {"path": str(where), "format": data.name, "split": "val"})
+        split = data.description.get("val_from", "val")  # an ImageFolder without val/: held out
+        return EvalData(data, {"path": str(where), "format": data.name, "split": split})
     path = Path(path)
     if datasets.detect_format(path) == "lmdb":
         data = lmdb_store.open_lmdb(run.config, path)
