@@ -117,7 +117,7 @@ def test_evaluate_writes_the_three_files(run_dir, fake_backend, capsys):
     red, magenta = CLASSES.index("red"), CLASSES.index("magenta")
     assert result["confusion_matrix"][red][magenta] == 1  # row: true class, column: predicted
     assert result["per_class"]["red"] == {"precision": 1.0, "recall": 0.5, "f1": pytest.approx(2 / 3), "support": 2}
-    assert result["data"]["images"] == 12 and result["data"]["split"] == "val"
+    assert result["data"]["images"] == 12 and result["data"]["split"] == "val/"
     rows = list(csv.reader(io.StringIO((run_dir / "confusion_matrix.csv").read_text())))
     assert rows[0][1:] == CLASSES and [r[0] for r in rows[1:]] == CLASSES
     assert [int(v) for v in rows[1 + red][1:]] == result["confusion_matrix"][red]
