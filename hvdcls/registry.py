@@ -59,10 +59,19 @@ def require(name: str) -> None:
     _require(spec.horovod_module, spec)
 
 
+# Submodules that use the framework alone, never Horovod: evaluate, export and predict run on a
+# machine with torch or TensorFlow and no Horovod build.
+WITHOUT_HOROVOD = ("inference", "weights")
+
+
 def load(name: str, submodule: str) -> ModuleType:
     """Import `<backend package>.<submodule>` (e.g. `torch_backend.smoke`) on first use."""
-    require(name)
-    return importlib.import_module(f"{get(name).package}.{submodule}")
+    spec = get(name)
+    if submodule in WITHOUT_HOROVOD:
+        _require(spec.framework, spec)
+    else:
+        require(name)
+    return importlib.import_module(f"{spec.package}.{submodule}")
 
 
 def create_backend(name: str):

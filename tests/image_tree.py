@@ -16,7 +16,7 @@ def write_digits_imagefolder(root: Path, val_every: int = 5, scale: int = 2) -> 
         split = "val" if index % val_every == 0 else "train"
         folder = root / split / str(label)
         folder.mkdir(parents=True, exist_ok=True)
-        picture = Image.fromarray(image).convert("RGB").resize((8 * scale, 8 * scale), Image.NEAREST)
+        picture = Image.fromarray(image).convert("RGB").resize((8 * scale, 8 * scale), Image.Resampling.NEAREST)
         picture.save(folder / f"{index:04d}.png")
     return root
 
@@ -46,7 +46,7 @@ def write_letters_imagefolder(root: Path, size: int = 32, variants: int = 2, val
                 ImageDraw.Draw(canvas).text((size * 1.5, size * 1.5), letter, fill=255, font=font,
                                             anchor="mm")
                 shift = rng.uniform(-size * 3 / 8, size * 3 / 8, 2)
-                canvas = canvas.rotate(rng.uniform(-10, 10), Image.BILINEAR, translate=tuple(shift))
-                canvas.resize((size, size), Image.LANCZOS).convert("RGB").save(
+                canvas = canvas.rotate(rng.uniform(-10, 10), Image.Resampling.BILINEAR, translate=tuple(shift))
+                canvas.resize((size, size), Image.Resampling.LANCZOS).convert("RGB").save(
                     folder / f"{font_path.stem}-{variant}.png")
     return root
