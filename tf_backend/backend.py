@@ -46,8 +46,8 @@ from hvdcls.errors import UserError
 from hvdcls.horovod_backend import HorovodBackend
 from tf_backend import compiled, data, elastic, models, optimizers, recompute, sync_bn, zero
 from tf_backend.compression import PowerSGDReducer
+from tf_backend.weights import CHECKPOINT_FILE, load_initial_weights, refresh_normalization
 
-CHECKPOINT_FILE = "tensorflow.npz"
 # The optimizers whose weight decay is L2 added to the gradient here, as torch's SGD and Adam
 # add it; the others (adamw, lars, lamb) apply their own.
 L2_ON_GRADIENT = ("sgd", "adam")
@@ -137,7 +137,11 @@ class TensorFlowBackend(HorovodBackend):
                             "by the tensorflow backend: use training.amp_dtype=bfloat16")
         # training.channels_last: nothing to do, Keras convolutions are NHWC (channels last) already.
         self.model = models.build_model(config.model.name, num_classes, config.data.image_size,
-                                        config.model.patch_size)
+                                        config.model.patch_size, models.raw_pixels(config.data.mean, config.data.std))
+        # model.weights: rank 0 reads them, or in elastic mode (no collective in build) every
+        # rank; the broadcast below makes the ranks alike, before the EMA copies them.
+        loaded = load_initial_weights(self.model, config, hvd.rank(),
+                                      None if training.elastic else self.broadcast_object)
         if hv.sync_bn:
             self.model = sync_bn.convert_sync_batchnorm(self.model)  # Horovod: global BN stats
         if training.activation_checkpointing:  # on the final layers, before the step is traced
@@ -173,10 +177,11 @@ class TensorFlowBackend(HorovodBackend):
         self._compile_steps()
         if not training.elastic:  # elastic: the state's sync broadcasts instead
             self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
+        refresh_normalization(self.model)  # what rank 0 loaded, on every rank (tf_backend/weights.py)
         if training.ema_decay is not None:  # from the weights every rank now has
             # Model EMA: a copy of every floating variable (weights, BN statistics).
             self.ema = [tf.Variable(tf.identity(v.value), trainable=False) for v in self.ema_sources()]
-        return {"parameters": models.count_parameters(self.model), "framework": "tensorflow",
+        return {"parameters": models.count_parameters(self.model), "framework": "tensorflow", "weights": loaded,
                 "channels_last": True,  # Keras convolutions are NHWC whatever the key says
                 "compile": training.compile, "zero": training.zero,
                 "amp_dtype": policy.removeprefix("mixed_") if policy else None,

@@ -5,12 +5,13 @@ Mirror: torch_backend/models.py.
 from __future__ import annotations
 
 import inspect
+from typing import Any, Callable, Sequence
 
 import keras
 
 from hvdcls.errors import UserError
 from hvdcls.models import BN_EPSILON, BN_MOMENTUM, COMPACT_CNN, COMPACT_CNN_LAYERS, VIT, Conv, normalise_name, vit_spec
-from tf_backend.vit import vision_transformer
+from tf_backend.vit import EncoderBlock, Tokens, gelu, vision_transformer
 
 
 def he_normal_fan_out() -> keras.initializers.Initializer:
@@ -44,28 +45,69 @@ def application_names() -> dict[str, str]:
             if n[0].isupper() and callable(getattr(keras.applications, n))}
 
 
+def application(name: str) -> Callable[..., keras.Model]:
+    """keras.applications' constructor for `name`; an unknown name is a one-line UserError."""
+    known = application_names()
+    if normalise_name(name) not in known:
+        raise UserError(f"unknown model {name!r} for the tensorflow backend: use {COMPACT_CNN}, a ViT "
+                        f"({', '.join(VIT)}) or a keras.applications model (e.g. resnet50, mobilenet_v2)")
+    return getattr(keras.applications, known[normalise_name(name)])
+
+
+def raw_pixels(mean: Sequence[float], std: Sequence[float]) -> bool:
+    """Whether data.mean and data.std leave the pixels in [0, 255]: what keras.applications'
+    "raw" weights (EfficientNet, ConvNeXt, ...) expect (hvdcls.pretrained), the model then
+    scaling them itself."""
+    return all(abs(m) < 1e-6 for m in mean) and all(abs(s * 255 - 1) < 1e-6 for s in std)
+
+
+def application_options(build: Callable[..., keras.Model], raw: bool) -> dict:
+    """What every application is built with: logits, like torchvision's models, and its own
+    input scaling only where it is fed raw pixels (else the core has normalised already)."""
+    options: dict[str, Any] = {"classifier_activation": None}
+    if "include_preprocessing" in inspect.signature(build).parameters:
+        options["include_preprocessing"] = raw
+    return options
+
+
 def build_model(name: str, num_classes: int, image_size: int,
-                patch_size: int | None = None) -> keras.Model:
+                patch_size: int | None = None, raw: bool = False) -> keras.Model:
     """An untrained model; an unknown name is a one-line UserError listing examples.
-    `patch_size` matters to the ViTs only."""
+    `patch_size` matters to the ViTs only; `raw`: the images come as pixels in [0, 255]
+    (`raw_pixels`), which the applications that can scale their own input then do."""
     if normalise_name(name) == normalise_name(COMPACT_CNN):
         return compact_cnn(num_classes, image_size)
     vit = vit_spec(name)
     if vit is not None:
         return vision_transformer(vit, num_classes, image_size, patch_size, name=normalise_name(name))
-    known = application_names()
-    if normalise_name(name) not in known:
-        raise UserError(f"unknown model {name!r} for the tensorflow backend: use {COMPACT_CNN}, a ViT "
-                        f"({', '.join(VIT)}) or a keras.applications model (e.g. resnet50, mobilenet_v2)")
-    build = getattr(keras.applications, known[normalise_name(name)])
-    options = {"weights": None, "input_shape": (image_size, image_size, 3), "classes": num_classes,
-               "classifier_activation": None}  # logits, like torchvision's models
-    if "include_preprocessing" in inspect.signature(build).parameters:
-        options["include_preprocessing"] = False  # the core normalises already
+    build = application(name)
     try:
-        return build(**options)
+        return build(weights=None, input_shape=(image_size, image_size, 3), classes=num_classes,
+                     **application_options(build, raw))
     except ValueError as err:  # e.g. an input smaller than the model accepts
         raise UserError(f"model {name!r} cannot be built: {str(err).splitlines()[0]}") from None
+
+
+def imagenet_model(name: str, raw: bool) -> keras.Model:
+    """keras.applications' own `name` with its imagenet weights, as keras builds it for them
+    (its default input size, 1000 classes): keras reads its file from its cache,
+    $KERAS_HOME/models (~/.keras/models), under keras' own file name and checks its hash,
+    downloading it where the file is missing and the machine has a network."""
+    if vit_spec(name) is not None or normalise_name(name) == normalise_name(COMPACT_CNN):
+        raise UserError(f"model.weights=imagenet: keras.applications has no weights for {name}; "
+                        "use a keras.applications model, or a file or run for this one")
+    build = application(name)
+    try:
+        return build(weights="imagenet", classes=1000, **application_options(build, raw))
+    except Exception as err:  # keras' download failure is a bare Exception
+        raise UserError(f"model.weights=imagenet: keras could not load {name}'s imagenet weights from "
+                        f"its cache ($KERAS_HOME/models, ~/.keras/models by default) nor download them: "
+                        f"{str(err).strip().splitlines()[0]}") from None
+
+
+def custom_objects() -> dict[str, Any]:
+    """The ViT's own layers and activation, for keras.saving.load_model of a .keras file."""
+    return {"Tokens": Tokens, "EncoderBlock": EncoderBlock, "gelu": gelu}
 
 
 def count_parameters(model: keras.Model) -> int:
