@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 from hvdcls import modelcard
 from hvdcls.errors import UserError
@@ -136,3 +136,24 @@ def preprocessing(source: WeightsSource, model_name: str) -> Optional[Preprocess
         if found is not None:
             return Preprocessing(found.mean, found.std, f"the run {source.value}'s model card")
     return None
+
+
+Share = Callable[[Any, str], Any]  # a backend's broadcast_object: rank 0's value on every rank
+
+
+def read_on_rank0(load: Callable[[], dict], rank: int, share: Optional[Share]) -> dict:
+    """Rank 0 reads the weights (`load`), and its outcome reaches every rank through `share`, a
+    UserError included, so that no rank waits in a collective for a rank that stopped. With
+    `share` None (elastic mode, where building runs no collective) this rank reads itself."""
+    if share is None:
+        return load()
+    outcome: tuple = ("ok", None)
+    if rank == 0:
+        try:
+            outcome = ("ok", load())
+        except UserError as err:
+            outcome = ("error", str(err))
+    kind, value = share(outcome, "model.weights")  # Horovod: rank 0's outcome on every rank
+    if kind == "error":
+        raise UserError(value)
+    return value

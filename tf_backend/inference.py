@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from hvdcls.data.batches import EpochBatches
 from hvdcls.errors import UserError
-from hvdcls.inference.contract import EXPORT_TOLERANCE, InferenceModel
+from hvdcls.inference.contract import InferenceModel, check_export
 from hvdcls.inference.run import RunModel
 from hvdcls.modelcard import CARD_FILE, ModelCard
 from tf_backend import data, models
@@ -95,7 +95,7 @@ class TensorFlowInference(InferenceModel):
         expected = self.logits(sample)
         written = EXPORTERS[fmt](self.model, export_card(self.card), path, sample)
         return {"format": fmt, "layout": LAYOUT, "path": str(path),
-                **checked(fmt, expected, written.pop("outputs")), **written}
+                **check_export(fmt, expected, written.pop("outputs")), **written}
 
 
 def export_card(card: ModelCard) -> ModelCard:
@@ -108,16 +108,6 @@ def export_card(card: ModelCard) -> ModelCard:
 def card_json(card: ModelCard) -> str:
     return json.dumps(card.to_dict(), indent=2, sort_keys=True) + "\n"
 
-
-def checked(fmt: str, expected: np.ndarray, outputs: np.ndarray) -> dict:
-    """The export's outputs against the model's: {"max_abs_diff"}, or a UserError above tolerance."""
-    if outputs.shape != expected.shape:
-        raise UserError(f"the {fmt} export gives outputs of shape {outputs.shape}, the model {expected.shape}")
-    diff = float(np.max(np.abs(outputs.astype(np.float64) - expected))) if expected.size else 0.0
-    if not diff <= EXPORT_TOLERANCE:  # NaN fails too
-        raise UserError(f"the {fmt} export's outputs differ from the model's by {diff:.3g} "
-                        f"(tolerance {EXPORT_TOLERANCE:g})")
-    return {"max_abs_diff": diff}
 
 
 def export_keras(model: keras.Model, card: ModelCard, path: Path, images: np.ndarray) -> dict:

@@ -74,7 +74,7 @@ class Fit:
 
 
 def load_initial_weights(model: keras.Model, config: Config, rank: int = 0,
-                         share: Optional[Callable[[Any, str], Any]] = None) -> dict:
+                         share: Optional[pretrained.Share] = None) -> dict:
     """Read model.weights into `model` (just built for `config`). `share` (the backend's
     broadcast_object): rank 0 alone reads, and its outcome reaches every rank, a UserError
     included, so no rank waits in a collective; None (elastic mode, where build runs no
@@ -87,18 +87,7 @@ def load_initial_weights(model: keras.Model, config: Config, rank: int = 0,
     def load() -> dict:
         return {"source": source.describe(), **load_weights(model, source, config)}
 
-    if share is None:
-        return load()
-    outcome: tuple = ("ok", None)
-    if rank == 0:
-        try:
-            outcome = ("ok", load())
-        except UserError as err:
-            outcome = ("error", str(err))
-    kind, value = share(outcome, "model.weights")  # Horovod: rank 0's outcome on every rank
-    if kind == "error":
-        raise UserError(value)
-    return value
+    return pretrained.read_on_rank0(load, rank, share)
 
 
 def load_weights(model: keras.Model, source: pretrained.WeightsSource, config: Config) -> dict:

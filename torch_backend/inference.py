@@ -27,7 +27,7 @@ from torch import nn
 from hvdcls.backend import usable_cores
 from hvdcls.data.batches import EpochBatches
 from hvdcls.errors import UserError
-from hvdcls.inference.contract import EXPORT_TOLERANCE, InferenceModel
+from hvdcls.inference.contract import InferenceModel, check_export
 from hvdcls.inference.run import RunModel
 from hvdcls.modelcard import ModelCard
 from hvdcls.models import COMPACT_CNN, normalise_name, vit_spec
@@ -97,7 +97,7 @@ class TorchInference(InferenceModel):
         card = export_card(self.card)
         written = EXPORTERS[fmt](model, card, Path(path), images)
         return {"format": fmt, "layout": LAYOUT, "path": str(path),
-                **checked(fmt, expected, written.pop("outputs")), **written}
+                **check_export(fmt, expected, written.pop("outputs")), **written}
 
 
 def builder(card: ModelCard) -> dict:
@@ -137,16 +137,6 @@ def export_card(card: ModelCard) -> ModelCard:
 def card_json(card: ModelCard) -> str:
     return json.dumps(card.to_dict(), sort_keys=True)
 
-
-def checked(fmt: str, expected: np.ndarray, outputs: np.ndarray) -> dict:
-    """The export's outputs against the model's: {"max_abs_diff"}, or a UserError above tolerance."""
-    if outputs.shape != expected.shape:
-        raise UserError(f"the {fmt} export gives outputs of shape {outputs.shape}, the model {expected.shape}")
-    diff = float(np.max(np.abs(outputs.astype(np.float64) - expected))) if expected.size else 0.0
-    if not diff <= EXPORT_TOLERANCE:  # NaN fails too
-        raise UserError(f"the {fmt} export's outputs differ from the model's by {diff:.3g} "
-                        f"(tolerance {EXPORT_TOLERANCE:g})")
-    return {"max_abs_diff": diff}
 
 
 def export_state_dict(model: nn.Module, card: ModelCard, path: Path, images: torch.Tensor) -> dict:

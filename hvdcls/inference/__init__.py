@@ -6,6 +6,8 @@
     evaluate.py   `hvdcls evaluate RUN_DIR [--data PATH]`
     export.py     `hvdcls export RUN_DIR --format F -o PATH`
     predict.py    `hvdcls predict MODEL IMAGES...` (a run, a checkpoint or an ONNX file)
+    images.py     the card's preprocessing, image files found and read in worker processes
+    onnx_model.py an ONNX export as an InferenceModel, from its metadata alone
 
 Single-process commands: nothing here starts Horovod.
 """

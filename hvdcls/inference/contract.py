@@ -20,6 +20,7 @@ from typing import Iterable
 import numpy as np
 
 from hvdcls.data.batches import EpochBatches
+from hvdcls.errors import UserError
 from hvdcls.modelcard import ModelCard
 
 # A format whose output is a directory rather than one file.
@@ -51,3 +52,15 @@ class InferenceModel(abc.ABC):
         then load what was written and compare its outputs with `self.logits(sample)`: a
         difference above EXPORT_TOLERANCE is a UserError naming it. Returns what summarises the
         export for its report: {"format", "max_abs_diff", "layout", ...}."""
+
+
+def check_export(fmt: str, expected: np.ndarray, outputs: np.ndarray) -> dict:
+    """An export's outputs against the model's on the same batch: {"max_abs_diff"}, or a
+    UserError naming the difference above EXPORT_TOLERANCE (a NaN fails too)."""
+    if outputs.shape != expected.shape:
+        raise UserError(f"the {fmt} export gives outputs of shape {outputs.shape}, the model {expected.shape}")
+    diff = float(np.max(np.abs(outputs.astype(np.float64) - expected))) if expected.size else 0.0
+    if not diff <= EXPORT_TOLERANCE:
+        raise UserError(f"the {fmt} export's outputs differ from the model's by {diff:.3g} "
+                        f"(tolerance {EXPORT_TOLERANCE:g})")
+    return {"max_abs_diff": diff}

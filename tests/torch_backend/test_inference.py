@@ -12,14 +12,10 @@ import torch
 import torch.nn.functional as F
 import torchvision
 
-from hvdcls.data import datasets
-from hvdcls.data.batches import EpochBatches
-from hvdcls.data.sharding import eval_batches
-from hvdcls.data.transforms import Preprocess
 from hvdcls.errors import UserError
 from hvdcls.inference.contract import EXPORT_TOLERANCE
 from hvdcls.inference.run import open_run
-from tests.run_files import read_metrics
+from tests.run_files import read_metrics, val_epoch
 from tests.torch_backend.run_layout import hvdcls_train, write_run
 from torch_backend import inference, models
 
@@ -43,14 +39,6 @@ def loaded(run_dir):
 def sample(loaded) -> np.ndarray:
     side = loaded.card.image_size
     return np.random.default_rng(0).standard_normal((5, side, side, 3)).astype(np.float32)
-
-
-def val_epoch(run) -> EpochBatches:
-    """The validation split as training read it (one rank, the run's batch size)."""
-    data = datasets.open_data(run.config)
-    preprocess = Preprocess(run.config.data, run.config.training.seed, data.augment.get("preset"))
-    return EpochBatches(data.val, eval_batches(len(data.val), 1, 0, run.config.training.batch_size),
-                        preprocess, 0, train=False)
 
 
 def test_a_run_gives_the_logits_its_validation_saw(run_dir, loaded):
@@ -169,14 +157,10 @@ def test_a_state_dict_export_loads_into_plain_torchvision(resnet18, tmp_path, na
     np.testing.assert_allclose(logits, resnet18.logits(sample), atol=1e-5)
 
 
-def test_an_unknown_format_and_outputs_that_differ_are_one_line(loaded, sample, tmp_path):
+def test_an_unknown_format_is_one_line(loaded, sample, tmp_path):
     with pytest.raises(UserError, match="export format 'keras': the torch backend writes state-dict, "
                                         "torchscript, onnx"):
         loaded.export("keras", tmp_path / "m.keras", sample)
-    expected = np.zeros((2, CLASSES), np.float32)
-    with pytest.raises(UserError, match=r"the onnx export's outputs differ from the model's by 0.001 "):
-        inference.checked("onnx", expected, expected + 1e-3)
-    assert inference.checked("onnx", expected, expected + 1e-5)["max_abs_diff"] == pytest.approx(1e-5)
 
 
 def test_a_checkpoint_that_does_not_fit_its_card_is_one_line(tmp_path):
