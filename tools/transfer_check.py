@@ -40,6 +40,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=15, help="fine-tuning and from scratch alike")
     parser.add_argument("--per-class", type=int, default=20, help="training images a class of the task")
     parser.add_argument("--variants", type=int, default=6, help="draws per letter and font (pretraining set)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="keep the data and the pretraining run already in --output-dir")
     parser.add_argument("settings", nargs="*", help="key=value for every run")
     return parser.parse_args(argv)
 
@@ -69,10 +71,14 @@ def train(args: argparse.Namespace, out: Path, data: Path, epochs: int, *extra: 
     result = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if result.returncode:
         raise SystemExit(f"{out.name} failed:\n{(result.stdout + result.stderr)[-3000:]}")
-    summary = json.loads((out / "summary.json").read_text())
-    banner = next((line for line in result.stdout.splitlines() if line.startswith("hvdcls ")), "")
+    banner = next((line for line in result.stdout.splitlines() if " backend, " in line), "")
+    return summary_of(out, time.time() - started, banner)
+
+
+def summary_of(run: Path, seconds: float, banner: str) -> dict:
+    summary = json.loads((run / "summary.json").read_text())
     return {"val_accuracy": summary["val_accuracy"], "best_val_accuracy": summary["best_val_accuracy"],
-            "lr": summary["config"]["optimizer"]["lr"], "seconds": round(time.time() - started, 1),
+            "lr": summary["config"]["optimizer"]["lr"], "seconds": round(seconds, 1),
             "same_weights": len(set(summary["rank_weight_digests"])) == 1, "banner": banner}
 
 
@@ -80,8 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     out = args.output_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    first, second = make_sets(out / "data", args.variants, args.per_class, args.image_size)
-    runs = {"pretrain": train(args, out / "pretrain", first, args.pretrain_epochs)}
+    if args.reuse and (out / "pretrain" / "summary.json").is_file():
+        first, second = out / "data" / "pretrain", out / "data" / "task"
+        runs = {"pretrain": summary_of(out / "pretrain", 0.0, "")}
+    else:
+        first, second = make_sets(out / "data", args.variants, args.per_class, args.image_size)
+        runs = {"pretrain": train(args, out / "pretrain", first, args.pretrain_epochs)}
     runs["finetune"] = train(args, out / "finetune", second, args.epochs, f"model.weights={out / 'pretrain'}")
     runs["scratch"] = train(args, out / "scratch", second, args.epochs)
     gain = runs["finetune"]["val_accuracy"] - runs["scratch"]["val_accuracy"]
