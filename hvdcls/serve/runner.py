@@ -9,7 +9,9 @@
                               Slurm the batch script writes what it found in its allocation
     RUN_DIR/stdout.log        horovodrun's output: every rank's lines
     RUN_DIR/stderr.log
-    RUN_DIR/exit_status.json  written by the wrapper when horovodrun ends
+    RUN_DIR/exit_status.json  written by the wrapper when horovodrun ends (naming its launch)
+    RUN_DIR/launches/ID.json  each launch's claim: the wrapper's pid, or abandoned by a
+                              restarted service (hvdcls.serve.launches)
     RUN_DIR/status.json       rank 0's own account of the run (hvdcls.status_file): phase,
                               progress, last epoch's metrics, world, metrics endpoint
     RUN_DIR/metrics.jsonl, summary.json, checkpoints/, ...   what `hvdcls train` writes
@@ -27,11 +29,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from hvdcls import config as cfg
 from hvdcls import launch, status_file
+from hvdcls.errors import UserError
 from hvdcls.fileio import write_atomic, write_json_atomic
+from hvdcls.serve.scheduler import parse_hosts
 
 if TYPE_CHECKING:
+    from hvdcls import config as cfg
     from hvdcls.serve.store import Job
 
 SPEC, JOB_CONFIG, HOSTFILE = "spec.json", "job.yaml", "hostfile"
@@ -47,9 +51,11 @@ def directory(job: "Job") -> Path:
     return Path(job.run_dir)
 
 
-def prepare(run_dir: Path, spec: dict, config: cfg.Config) -> None:
+def prepare(run_dir: Path, spec: dict, config: "cfg.Config") -> None:
     """The files every executor's job starts from; a previous attempt's end and status go, so
     that neither is taken for this attempt's."""
+    from hvdcls import config as cfg  # here: the wrapper imports this module, and must start fast
+
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(run_dir / SPEC, spec)
     write_atomic(run_dir / JOB_CONFIG, cfg.to_yaml(config).encode())
@@ -71,9 +77,21 @@ def write_allocation(run_dir: Path, allocation: dict[str, int]) -> None:
     write_atomic(run_dir / ALLOCATION, "".join(f"{h}:{n}\n" for h, n in allocation.items()).encode())
 
 
-def wrapped(run_dir: Path, launcher: list[str]) -> list[str]:
-    """The wrapper (hvdcls.serve.wrapper) around the launcher's command line."""
-    return [sys.executable, "-m", "hvdcls.serve.wrapper", str(run_dir), "--", *launcher]
+def read_allocation(run_dir: Path) -> Optional[dict[str, int]]:
+    """The slots the job was last told of (RUN_DIR/allocation: a resize's, or what Slurm's
+    discovery printed last; {} when none was usable); None before any was written."""
+    try:
+        text = (run_dir / ALLOCATION).read_text()
+        return parse_hosts(text) if text.strip() else {}  # HOST:SLOTS lines, as an inventory's
+    except (OSError, UserError):  # not written yet
+        return None
+
+
+def wrapped(run_dir: Path, launcher: list[str], launch_id: Optional[str] = None) -> list[str]:
+    """The wrapper (hvdcls.serve.wrapper) around the launcher's command line; with the launch's
+    id, the wrapper claims it before anything else (hvdcls.serve.launches)."""
+    claim = ["--launch", launch_id] if launch_id else []
+    return [sys.executable, "-m", "hvdcls.serve.wrapper", str(run_dir), *claim, "--", *launcher]
 
 
 def train_command(run_dir: Path, backend: str) -> list[str]:

@@ -19,17 +19,20 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from sqlalchemy.exc import IntegrityError
+
 from hvdcls import config as cfg
 from hvdcls import status_file
 from hvdcls.errors import UserError
-from hvdcls.serve import elasticity, executors, runner, scheduler
+from hvdcls.serve import elasticity, executors, faults, launches, runner, scheduler
 from hvdcls.serve import spec as job_spec
-from hvdcls.serve.executors.base import Executor, Handle, Launch, Seen
+from hvdcls.serve.executors.base import NOT_STARTED, Executor, Handle, Launch, Seen
 from hvdcls.serve.settings import Settings
 from hvdcls.serve.store import CANCELLED, FAILED, FINAL, QUEUED, RUNNING, SUCCEEDED, Job, Store
 from hvdcls.status_file import RunStatus
 
 log = logging.getLogger("hvdcls.serve")
+NO_LAUNCH = dict(launch_id=None, **Handle().columns())  # a job no executor holds
 
 
 class Service:
@@ -59,18 +62,42 @@ class Service:
     def submit(self, spec: job_spec.JobSpec, owner: Optional[str] = None) -> Job:
         """Queue a job; UserError (naming the key) for a bad spec, Refused (TooLarge, Rejected)
         for one this service cannot run. An executor that keeps its own queue gets it now."""
+        return self.submit_once(spec, owner)[0]
+
+    def submit_once(self, spec: job_spec.JobSpec, owner: Optional[str] = None,
+                    key: Optional[str] = None) -> tuple[Job, bool]:
+        """submit, with the submitter's idempotency key: (the job, False) when it is new, (the
+        job the key made before, True) when it is a retry; UserError when the key made a job
+        of another spec."""
+        if key is not None and (before := self.store.by_key(owner, key)) is not None:
+            return self.same_submission(before, spec, key), True
         config = job_spec.resolve(spec, self.settings.data_roots)
         self.executor.check(spec)
         self.check_sweep(spec, owner)
-        job = self.store.add(spec.model_dump(), config.training.epochs, owner)
-        if self.executor.inventory is None:
+        try:
+            job = self.store.add(spec.model_dump(), config.training.epochs, owner, idempotency_key=key)
+        except IntegrityError:  # the same key in a request running beside this one: that one's job
+            return self.same_submission(self.store.by_key(owner, key or ""), spec, key or ""), True
+        faults.crash_point("submit")
+        begun = self.begin_launch(job) if self.executor.inventory is None else None
+        if begun is not None:
             try:
-                job = self.hand_over(job, spec, config, allocation=None, resume=False)
-            except BaseException:
+                job = self.hand_over(begun, spec, config, allocation=None, resume=False)
+            except Exception:  # refused (a crash instead leaves the row, for the restart to decide)
                 self.store.delete(job.id)  # never reached the executor: as if never submitted
                 raise
         self.wake.set()
-        return job
+        return job, False
+
+    @staticmethod
+    def same_submission(before: Optional[Job], spec: job_spec.JobSpec, key: str) -> Job:
+        """The job an idempotency key made, when the retry asks for the same job."""
+        if before is None:  # made and deleted again (refused by its executor) meanwhile
+            raise UserError(f"Idempotency-Key {key!r}: its submission was refused; retry with a new key")
+        if before.spec != json.dumps(spec.model_dump(), sort_keys=True):
+            raise UserError(f"Idempotency-Key {key!r}: job {before.id} was submitted with it, with another "
+                            "spec; give a new key for a new job")
+        return before
 
     def check_sweep(self, spec: job_spec.JobSpec, owner: Optional[str]) -> None:
         """A sweep's trials are one user's: a job may not join another user's sweep."""
@@ -135,24 +162,60 @@ class Service:
             self.schedule()
 
     def reconcile(self) -> None:
-        """Jobs a previous service left in an executor's hands: adopted if still there,
-        recorded if they ended meanwhile, else failed (or queued again when their spec says
-        requeue)."""
+        """Jobs a previous service left in an executor's hands or was starting when it ended,
+        whatever the instant: adopted if still there, recorded if they ended meanwhile, started
+        again if they never started (executors.base: adopt), else failed (or queued again when
+        their spec says requeue). Nothing is started twice: a launch the executor cannot find is
+        abandoned for good before its job is started again."""
         for job in self.store.list((QUEUED, RUNNING)):
-            if not self.executor.holds(job):
-                continue
-            seen = self.executor.adopt(job)
-            if seen is None:
-                self.lost(job)
-            elif seen.state in FINAL:
-                self.record_end(job, seen)
-            else:
-                log.info("job %d: still %s (%s), adopted", job.id, seen.state, self.executor.name)
+            if self.executor.holds(job) or job.launch_id is not None:
+                self.recover(job, self.executor.adopt(job))
+            elif self.executor.inventory is None:  # its submission ended before its handover began
+                self.relaunch(job)
+
+    def recover(self, job: Job, seen: Optional[Seen]) -> None:
+        if seen is None:
+            self.lost(job)
+        elif seen.state == NOT_STARTED:
+            self.not_started(job)
+        elif seen.state in FINAL:
+            self.record_end(job, seen)
+        else:
+            self.adopted(job, seen)
+
+    def adopted(self, job: Job, seen: Seen) -> None:
+        """Still there: the table gains what the job left and the crash kept from it (its
+        handle, the slots a resize cut short had already told it of)."""
+        fields = {k: v for k, v in seen.handle.columns().items() if v is not None} if seen.handle else {}
+        if self.executor.inventory is not None and seen.hosts:
+            fields.update(self.hosts_change(job, seen.hosts, time.time()))
+        if fields:
+            self.store.update(job.id, expect=(job.state,), **fields)
+        log.info("job %d: still %s (%s), adopted", job.id, seen.state, self.executor.name)
+
+    def not_started(self, job: Job) -> None:
+        """A launch the crash cut short before anything of it ran: the job goes on as if it had
+        never been claimed (its attempt not counted, whatever requeue says); a cancel asked
+        meanwhile ends it."""
+        faults.crash_point("restart:abandoned")
+        reset = dict(NO_LAUNCH, hosts=None, started_at=None, resized_at=None, first_step_at=None)
+        if job.state == RUNNING:  # the service's own queue counted the attempt as it claimed the job
+            reset["attempts"] = max(job.attempts - 1, 0)
+        if job.stop_requested_at is not None:
+            self.store.update(job.id, expect=(QUEUED, RUNNING), state=CANCELLED, ended_at=time.time(),
+                              message="cancelled before it started", **reset)
+        elif self.executor.inventory is not None:
+            self.store.update(job.id, expect=(RUNNING,), state=QUEUED, message=None, **reset)
+        else:
+            self.store.update(job.id, expect=(QUEUED,), **reset)
+            self.relaunch(job)
+        log.info("job %d: its launch never started; %s", job.id,
+                 "cancelled" if job.stop_requested_at is not None else "queued again")
 
     def lost(self, job: Job) -> None:
         if job.requeue and job.stop_requested_at is None:
             self.store.update(job.id, expect=(RUNNING,), state=QUEUED, hosts=None,
-                              message="requeued: its processes were gone at restart", **Handle().columns())
+                              message="requeued: its processes were gone at restart", **NO_LAUNCH)
         else:
             self.store.update(job.id, expect=(QUEUED, RUNNING), state=FAILED, ended_at=time.time(),
                               message=runner.failure_message(
@@ -222,6 +285,7 @@ class Service:
             state, message = seen.state, seen.message
         else:
             state, message = FAILED, runner.failure_message(run_dir, seen.message or f"exit status {seen.exit_status}")
+        faults.crash_point("record_end")
         self.store.update(job.id, expect=(QUEUED, RUNNING), state=state, ended_at=now,
                           exit_status=seen.exit_status, message=message, **fields)
         self.signalled.discard(job.id)
@@ -279,37 +343,64 @@ class Service:
                      else elasticity.grown(before, sizes[job.id], free))
             free = {host: n + before.get(host, 0) - after.get(host, 0) for host, n in free.items()}
             self.executor.resize(job, after)
+            faults.crash_point("resize")  # a restart takes the slots from what the job was told
             self.store.update(job.id, expect=(RUNNING,), hosts=json.dumps(after), resized_at=time.time(),
                               resizes=job.resizes + 1)
             log.info("job %d: resized %s -> %s (%d waiting)", job.id, before, after, len(queued))
 
     def launch(self, job: Job, allocation: dict[str, int]) -> None:
-        """Start a job of the service's queue on the slots the scheduler gave it."""
-        claimed = self.store.update(job.id, expect=(QUEUED,), state=RUNNING, started_at=time.time(),
-                                    resized_at=time.time(), hosts=json.dumps(allocation),
-                                    run_dir=str(self.run_dir(job.id)), attempts=job.attempts + 1,
-                                    first_step_at=None)
+        """Start a job of the service's queue on the slots the scheduler gave it. The claim
+        commits the launch record (a new launch id) before anything is spawned."""
+        now = time.time()
+        claimed = self.store.update(job.id, expect=(QUEUED,), state=RUNNING, started_at=now, resized_at=now,
+                                    hosts=json.dumps(allocation), run_dir=str(self.run_dir(job.id)),
+                                    attempts=job.attempts + 1, first_step_at=None, launch_id=launches.new_id())
         if claimed is None:  # cancelled meanwhile
             return
+        faults.crash_point("launch")
+        self.start_attempt(claimed, allocation, resume=job.attempts > 0)
+
+    def begin_launch(self, job: Job) -> Optional[Job]:
+        """The launch record of a job handed to an executor that keeps its own queue; None when
+        it left the queue meanwhile (cancelled)."""
+        return self.store.update(job.id, expect=(QUEUED,), run_dir=str(self.run_dir(job.id)),
+                                 launch_id=launches.new_id(), **Handle().columns())
+
+    def relaunch(self, job: Job) -> None:
+        """After a restart: hand again to its executor a job whose handover never began or
+        never reached it (the executor keeps the queue)."""
+        begun = self.begin_launch(job)
+        if begun is not None:
+            self.start_attempt(begun, allocation=None, resume=False)
+
+    def start_attempt(self, job: Job, allocation: Optional[dict[str, int]], resume: bool) -> None:
         try:
             spec = job_spec.JobSpec(**json.loads(job.spec))
             config = job_spec.resolve(spec, self.settings.data_roots)
-            self.hand_over(claimed, spec, config, allocation, resume=job.attempts > 0)
+            self.hand_over(job, spec, config, allocation, resume=resume)
         except (UserError, OSError) as err:  # the data roots changed, the disk filled up, ...
-            self.store.update(job.id, expect=(RUNNING,), state=FAILED, ended_at=time.time(),
+            self.store.update(job.id, expect=(QUEUED, RUNNING), state=FAILED, ended_at=time.time(),
                               message=f"could not start: {err}")
 
     def hand_over(self, job: Job, spec: job_spec.JobSpec, config: cfg.Config,
                   allocation: Optional[dict[str, int]], resume: bool) -> Job:
         """Write the run directory every executor starts from and start the attempt there
-        (resuming from its latest checkpoint when an earlier attempt left one)."""
+        (resuming from its latest checkpoint when an earlier attempt left one), under the
+        launch record already in the job's row."""
         run_dir = self.run_dir(job.id)
         resume_from = run_dir if resume and runner.has_checkpoint(run_dir) else None
         config = job_spec.job_config(config, run_dir, resume_from, self.settings.job_metrics)
         runner.prepare(run_dir, spec.model_dump(), config)
-        handle = self.executor.start(Launch(job.id, run_dir, spec, config, allocation))
+        faults.crash_point("hand_over:prepared")
+        handle = self.executor.start(Launch(job.id, run_dir, spec, config, allocation, job.launch_id))
+        faults.crash_point("hand_over:started")
         log.info("job %d: started by %s on %s (%s)", job.id, self.executor.name, allocation or "its own nodes",
                  ", ".join(f"{k} {v}" for k, v in handle.columns().items() if v is not None))
         # launch() counted the attempt as it claimed the job; a job handed over at submit is at its first
-        started = self.store.update(job.id, run_dir=str(run_dir), attempts=max(job.attempts, 1), **handle.columns())
-        return started or job  # None only if the row went meanwhile
+        started = self.store.update(job.id, expect=(QUEUED, RUNNING), run_dir=str(run_dir),
+                                    attempts=max(job.attempts, 1), **handle.columns())
+        if started is None:  # cancelled while it was being handed over: the executor has it now
+            for column, value in handle.columns().items():
+                setattr(job, column, value)
+            self.executor.cancel(job)
+        return started or job

@@ -17,6 +17,7 @@ from sqlalchemy import (
     Boolean,
     CursorResult,
     Float,
+    Index,
     Integer,
     String,
     Text,
@@ -74,6 +75,11 @@ class Job(Base):
     owner: Mapped[Optional[str]] = mapped_column(String(64))  # the user who submitted it (users.name)
     sweep_id: Mapped[Optional[str]] = mapped_column(String(100), index=True)  # its spec's sweep.id: a trial
     cancel_reason: Mapped[Optional[str]] = mapped_column(String(16))  # None: a person's; PRUNED: its sweep's
+    launch_id: Mapped[Optional[str]] = mapped_column(String(32))  # its launch, committed before the start
+    idempotency_key: Mapped[Optional[str]] = mapped_column(String(255))  # its submission's, per owner
+
+    # A retried submission finds the job its key made (NULLs are distinct: keyless ones never clash).
+    __table_args__ = (Index("ix_jobs_owner_idempotency_key", "owner", "idempotency_key", unique=True),)
 
     def as_dict(self) -> dict[str, Any]:
         out = {c.name: getattr(self, c.name) for c in self.__table__.columns}
@@ -103,16 +109,24 @@ class Store:
         add_new_columns(self.engine)
         self.session = sessionmaker(self.engine, expire_on_commit=False)
 
-    def add(self, spec: dict, epochs: int, owner: Optional[str] = None) -> Job:
-        """A new queued job from a validated spec (JobSpec.model_dump())."""
+    def add(self, spec: dict, epochs: int, owner: Optional[str] = None, **fields) -> Job:
+        """A new queued job from a validated spec (JobSpec.model_dump()); `fields`: more columns
+        (launch_id, idempotency_key). IntegrityError when the owner's key made a job already."""
         with self.session.begin() as session:
             job = Job(spec=json.dumps(spec, sort_keys=True), np=spec["np"], backend=spec["backend"],
                       name=spec["name"], requeue=spec["requeue"], elastic=spec["elastic"],
                       min_np=spec["min_np"], max_np=spec["max_np"], resizes=0, epochs=epochs,
                       state=QUEUED, submitted_at=time.time(), attempts=0, owner=owner,
-                      sweep_id=(spec.get("sweep") or {}).get("id"))
+                      sweep_id=(spec.get("sweep") or {}).get("id"), **fields)
             session.add(job)
         return job
+
+    def by_key(self, owner: Optional[str], key: str) -> Optional[Job]:
+        """The job `owner` submitted with this idempotency key, if any."""
+        query = select(Job).where(Job.owner == owner if owner is not None else Job.owner.is_(None),
+                                  Job.idempotency_key == key)
+        with self.session() as session:
+            return session.scalar(query)
 
     def delete(self, job_id: int) -> None:
         """Forget a job that never was (its executor refused it at submit)."""

@@ -13,7 +13,7 @@ import pytest
 
 from hvdcls import status_file
 from hvdcls.errors import UserError
-from hvdcls.serve import runner
+from hvdcls.serve import faults, launches, runner
 from hvdcls.serve.errors import Refused
 from hvdcls.serve.executors import slurm_batch as slurm
 from hvdcls.serve.executors import slurm_elastic
@@ -101,7 +101,7 @@ class FakeSlurm:
 
     def __init__(self):
         self.calls, self.state, self.status, self.refuse, self.known = [], "PENDING", 0, None, True
-        self.submitted = 41
+        self.submitted, self.names = 41, {}  # job name -> Slurm id, as sbatch's scripts name them
 
     def __call__(self, args, env=None):
         self.calls.append(args)
@@ -109,7 +109,13 @@ class FakeSlurm:
             if self.refuse:
                 return subprocess.CompletedProcess(args, 1, "", f"sbatch: error: {self.refuse}\n")
             self.submitted += 1
+            self.names[re.search(r"--job-name=(\S+)", Path(args[-1]).read_text()).group(1)] = str(self.submitted)
             return subprocess.CompletedProcess(args, 0, f"{self.submitted}\n", "")
+        if args[0] == "squeue" and any(a.startswith("--name=") for a in args):
+            name = next(a for a in args if a.startswith("--name=")).split("=", 1)[1]
+            found = [SQUEUE.format(id=self.names[name], state=self.state, reason="None", status=self.status)
+                     ] if name in self.names and self.known else []
+            return subprocess.CompletedProcess(args, 0, "".join(f"{line}\n" for line in found), "")
         if args[0] == "squeue":
             if not self.known:
                 return subprocess.CompletedProcess(args, 1, "", "slurm_load_jobs error: Invalid job id specified\n")
@@ -207,7 +213,9 @@ def test_an_older_job_table_gains_the_new_columns(tmp_path):
     Store(tmp_path / "jobs.db")
     with sqlite3.connect(tmp_path / "jobs.db") as db:
         columns = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
-    assert {"external_id", "spec", "hosts"} <= columns
+        indexes = {row[1]: row[2] for row in db.execute("PRAGMA index_list(jobs)")}
+    assert {"external_id", "spec", "hosts", "launch_id", "idempotency_key"} <= columns
+    assert indexes["ix_jobs_owner_idempotency_key"] == 1  # unique
 
 
 def test_slurm_script_prints_the_script_and_writes_the_validated_config(tmp_path, capsys):
@@ -385,3 +393,62 @@ def test_a_hung_job_under_slurm_is_scancelled_and_recorded_as_hung(tmp_path, fak
     svc.tick()
     hung = svc.store.get(job.id)
     assert hung.state == FAILED and hung.message.startswith("hung: no step for "), hung.message
+
+
+class Crash(BaseException):
+    """The service ending at one of its crash points (hvdcls.serve.faults)."""
+
+
+def crash_at(monkeypatch, point):
+    def hook(name):
+        if name == point:
+            raise Crash(point)
+    monkeypatch.setattr(faults, "crash_point", hook)
+
+
+def test_a_job_sbatched_before_the_crash_recorded_its_id_is_found_by_its_name(tmp_path, fake, monkeypatch):
+    crash_at(monkeypatch, "hand_over:started")
+    with pytest.raises(Crash):
+        service(tmp_path).submit(JobSpec(np=1))
+    (cut,) = Store(tmp_path / "jobs.db").list()
+    assert (cut.state, cut.external_id) == (QUEUED, None) and list(fake.names) == [f"hvdcls-{cut.id}-{cut.launch_id}"]
+    crash_at(monkeypatch, "")
+    again = service(tmp_path)
+    again.reconcile()
+    found = again.store.get(cut.id)
+    assert (found.external_id, found.launch_id, fake.submitted) == ("42", cut.launch_id, 42)  # not sbatched again
+    fake.state = "COMPLETED"
+    again.tick()
+    assert again.store.get(cut.id).state == SUCCEEDED
+
+
+@pytest.mark.parametrize("point", ["submit", "hand_over:prepared"])
+def test_a_job_the_crash_kept_from_slurm_is_handed_over_at_the_restart_once(tmp_path, fake, monkeypatch, point):
+    crash_at(monkeypatch, point)
+    with pytest.raises(Crash):
+        service(tmp_path).submit(JobSpec(np=1))
+    (cut,) = Store(tmp_path / "jobs.db").list()
+    crash_at(monkeypatch, "")
+    again = service(tmp_path)
+    again.reconcile()
+    again.reconcile()  # a second restart finds it held: nothing more
+    handed = again.store.get(cut.id)
+    assert (handed.state, handed.external_id, handed.attempts, fake.submitted) == (QUEUED, "42", 1, 42)
+    assert handed.launch_id != cut.launch_id and list(fake.names) == [f"hvdcls-{cut.id}-{handed.launch_id}"]
+    if cut.launch_id:  # its first launch is abandoned: had sbatch landed it after all, its wrapper runs nothing
+        assert launches.read_claim(Path(handed.run_dir), cut.launch_id).keys() == {"abandoned_at"}
+
+
+def test_a_job_slurm_ran_and_forgot_before_the_restart_ends_as_its_wrapper_recorded(tmp_path, fake, monkeypatch):
+    crash_at(monkeypatch, "hand_over:started")
+    with pytest.raises(Crash):
+        service(tmp_path).submit(JobSpec(np=1))
+    (cut,) = Store(tmp_path / "jobs.db").list()
+    run_dir = Path(cut.run_dir)
+    launches.claim(run_dir, cut.launch_id, {"pid": 1, "pid_start": 1})  # its wrapper ran ...
+    (run_dir / runner.EXIT).write_text(json.dumps({"returncode": 0, "launch": cut.launch_id}))
+    fake.known = False  # ... and Slurm has forgotten the job since
+    crash_at(monkeypatch, "")
+    again = service(tmp_path)
+    again.reconcile()
+    assert (again.store.get(cut.id).state, fake.submitted) == (SUCCEEDED, 42)

@@ -8,13 +8,15 @@ import sys
 
 import pytest
 from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
 
 from hvdcls import config as cfg
 from hvdcls import status_file
 from hvdcls.errors import UserError
 from hvdcls.serve import runner
 from hvdcls.serve.errors import TooLarge
-from hvdcls.serve.executors.hosts import alive, start_time
+from hvdcls.serve.launches import alive
+from hvdcls.serve.launches import process_start as start_time
 from hvdcls.serve.service import Service, Settings
 from hvdcls.serve.spec import JobSpec, job_config, resolve
 from hvdcls.serve.store import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED
@@ -100,6 +102,25 @@ def test_submit_queues_in_order_and_refuses_what_can_never_run(service):
         service.submit(JobSpec(np=1, elastic=True, max_np=3))
     assert service.cancel(ids[1]).state == CANCELLED
     assert service.store.counts() == {QUEUED: 2, RUNNING: 0, SUCCEEDED: 0, FAILED: 0, CANCELLED: 1}
+
+
+def test_an_idempotency_key_makes_one_job_however_often_it_is_sent(service, monkeypatch):
+    first, again = (service.submit_once(JobSpec(np=1), "alice", "key-1") for _ in range(2))
+    assert (first[1], again[1], again[0].id) == (False, True, first[0].id)
+    assert service.store.count() == 1 and service.store.get(first[0].id).idempotency_key == "key-1"
+    with pytest.raises(UserError, match=f"job {first[0].id} was submitted with it, with another spec"):
+        service.submit_once(JobSpec(np=2), "alice", "key-1")
+    bobs, replayed = service.submit_once(JobSpec(np=1), "bob", "key-1")  # keys are each user's own
+    assert not replayed and bobs.id != first[0].id
+    # Two requests with one key at once: the later insert meets the earlier's row, and answers with it.
+    looked_up = service.store.by_key
+    monkeypatch.setattr(service.store, "by_key", lambda owner, key: None)
+    with pytest.raises(IntegrityError):  # the table itself holds one job per user and key
+        service.store.add(JobSpec(np=1).model_dump(), 2, "alice", idempotency_key="key-1")
+    monkeypatch.setattr(service.store, "by_key", lambda owner, key, calls=[]: calls.append(1) or (
+        None if len(calls) == 1 else looked_up(owner, key)))
+    raced, replayed = service.submit_once(JobSpec(np=1), "alice", "key-1")
+    assert (raced.id, replayed, service.store.count()) == (first[0].id, True, 2)
 
 
 def dead_process() -> tuple[int, int]:

@@ -20,7 +20,9 @@ def test_a_table_from_before_users_opens_and_its_jobs_become_the_first_admins(tm
     old.engine.dispose()
     with sqlite3.connect(tmp_path / "jobs.db") as db:  # as an older hvdcls left it
         db.execute("DROP TABLE users")
-        db.execute("ALTER TABLE jobs DROP COLUMN owner")
+        db.execute("DROP INDEX ix_jobs_owner_idempotency_key")
+        for column in ("owner", "idempotency_key", "launch_id"):
+            db.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
     (tmp_path / "token").write_text("the-old-shared-token\n")
     store = Store(tmp_path / "jobs.db")
     users.ensure_first_admin(store, tmp_path)

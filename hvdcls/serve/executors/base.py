@@ -8,7 +8,8 @@ The loop asks each executor the same few things, whatever it is:
     start(launch)          start one attempt; a Handle says how to find it again
     holds(job)             is the job in its hands (started, not yet seen to end)
     poll(jobs)             what it knows of them now: Seen (queued, running, or how it ended)
-    adopt(job)             after a restart of the service: still there (Seen), or gone (None)
+    adopt(job)             after a restart of the service: still there or ended (Seen), never
+                           started (Seen(NOT_STARTED): the service starts it again), or gone (None)
     cancel(job, force)     stop it: politely first, then (force) for good
     resize(job, hosts)     an elastic job's new hosts (only where the service places jobs)
     describe()             one line for the start-up message
@@ -16,6 +17,12 @@ The loop asks each executor the same few things, whatever it is:
 `inventory` says who places jobs: the slots the service's scheduler places them on (the host
 list), or None where the executor queues and places them itself (Slurm), in which case each
 job is started as it is submitted and `Seen.hosts` says where it runs.
+
+A crash of the service may come at any instant of a start. So `start` is given the launch's id,
+committed in the job's row before it is called, and the job's wrapper claims that launch
+before anything else (hvdcls.serve.launches); after a restart `adopt` decides from what the job
+itself left (the claim, its pid; a Slurm job named after the launch), not only from what the
+service managed to record, and gives back the Handle the table may lack.
 """
 from __future__ import annotations
 
@@ -30,6 +37,9 @@ if TYPE_CHECKING:
     from hvdcls.serve.settings import Settings
     from hvdcls.serve.spec import JobSpec
     from hvdcls.serve.store import Job
+
+
+NOT_STARTED = "not started"  # Seen.state from adopt: the launch never began; start the job again
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,7 @@ class Launch:
     spec: "JobSpec"
     config: cfg.Config  # validated, with the run directory, resume and metrics settings
     allocation: Optional[dict[str, int]] = None  # where the service placed it (None: the executor places it)
+    launch_id: Optional[str] = None  # the launch record's id, in the job's row before start (hvdcls.serve.launches)
 
 
 @dataclass(frozen=True)
@@ -65,13 +76,18 @@ class Seen:
                  executor's
     message:     queued: why it waits; ended: why, on one line ("exit status 1", "Slurm
                  TIMEOUT, exit status 143", "cancelled in Slurm while running")
-    hosts:       where the executor placed it (Slurm's allocation); None where the service did
+    hosts:       where the executor placed it (Slurm's allocation); where the service placed
+                 it, only from adopt: the slots the job was last told of (a resize the crash
+                 cut short); else None
+    handle:      from adopt: how to find the job, found from what the job left (the table may
+                 lack it when the crash came right after the start)
     """
 
     state: str
     exit_status: Optional[int] = None
     message: Optional[str] = None
     hosts: Optional[dict[str, int]] = None
+    handle: Optional[Handle] = None
 
 
 class Executor(abc.ABC):
@@ -105,7 +121,9 @@ class Executor(abc.ABC):
 
     @abc.abstractmethod
     def adopt(self, job: "Job") -> Optional[Seen]:
-        """After a restart of the service: the job as it is now, or None when it is gone."""
+        """After a restart of the service, for each job it holds or has a launch of: the job as it
+        is now, Seen(NOT_STARTED) when that launch never started and never will (decided here,
+        for good), or None when it is gone."""
 
     @abc.abstractmethod
     def cancel(self, job: "Job", force: bool = False) -> None:

@@ -2,24 +2,28 @@
 
 The service's scheduler places a job on slots of the inventory; this executor starts it as
 `python -m hvdcls.serve.wrapper RUN_DIR -- horovodrun ...` in a session of its own (its own
-process group, so cancel signals the group) and independent of the service, so a restarted
-service finds it still running (same pid and process start time: adopted) or finds the exit
-status its wrapper wrote. An elastic job's horovodrun takes its hosts from RUN_DIR/discover.sh,
-which prints RUN_DIR/allocation: a resize rewrites that file.
+process group, so cancel signals the group) and independent of the service. The wrapper's
+first act is to claim the job's launch with its pid and start time (hvdcls.serve.launches), so a
+service restarted after a crash at any instant finds the job running (adopted), ended (the exit
+status its wrapper wrote), never started (the launch abandoned: queued again), or gone. An
+elastic job's horovodrun takes its hosts from RUN_DIR/discover.sh, which prints
+RUN_DIR/allocation: a resize rewrites that file, and a restart takes the job's slots from it.
 """
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from hvdcls import launch
 from hvdcls.errors import UserError
-from hvdcls.serve import runner
+from hvdcls.serve import faults, launches, runner
 from hvdcls.serve.errors import Refused, TooLarge
-from hvdcls.serve.executors.base import Executor, Handle, Launch, Seen
+from hvdcls.serve.executors.base import NOT_STARTED, Executor, Handle, Launch, Seen
+from hvdcls.serve.launches import alive
 from hvdcls.serve.store import FAILED, RUNNING, SUCCEEDED
 
 if TYPE_CHECKING:
@@ -56,9 +60,9 @@ class HostsExecutor(Executor):
         run_dir, spec, allocation = attempt.run_dir, attempt.spec, attempt.allocation or {}
         runner.write_hosts(run_dir, allocation, spec.elastic)
         child = start(run_dir, command(run_dir, spec.model_dump(), allocation, self.settings.ssh_port,
-                                       self.settings.network_interface))
+                                       self.settings.network_interface, attempt.launch_id))
         self.children[attempt.job_id] = child
-        return Handle(pid=child.pid, pid_start=start_time(child.pid))
+        return Handle(pid=child.pid, pid_start=launches.process_start(child.pid))
 
     def holds(self, job: "Job") -> bool:
         return job.state == RUNNING
@@ -81,10 +85,21 @@ class HostsExecutor(Executor):
         return ended(code if code is not None else -1)  # adopted, and gone without a word
 
     def adopt(self, job: "Job") -> Optional[Seen]:
-        if job.pid is not None and alive(job.pid, job.pid_start):
-            return Seen(RUNNING)
-        code = runner.exit_status(runner.directory(job)) if job.run_dir else None
-        return ended(code) if code is not None else None
+        if job.launch_id is None:  # started by an hvdcls without launch records: its pid alone
+            if job.pid is not None and alive(job.pid, job.pid_start):
+                return Seen(RUNNING)
+            code = runner.exit_status(runner.directory(job)) if job.run_dir else None
+            return ended(code) if code is not None else None
+        run_dir = runner.directory(job)
+        found = launches.decide(run_dir, job.launch_id)
+        if found.state == launches.NOT_STARTED:
+            return Seen(NOT_STARTED)
+        if found.state == launches.GONE:
+            return None
+        handle = Handle(pid=found.pid, pid_start=found.pid_start)
+        if found.state == launches.ENDED:
+            return replace(ended(found.returncode if found.returncode is not None else -1), handle=handle)
+        return Seen(RUNNING, hosts=runner.read_allocation(run_dir) if job.elastic else None, handle=handle)
 
     def cancel(self, job: "Job", force: bool = False) -> None:
         """SIGTERM to the job's process group (horovodrun stops its ranks); SIGKILL when forced."""
@@ -100,9 +115,9 @@ def ended(code: int) -> Seen:
 
 
 def command(run_dir: Path, spec: dict, allocation: dict[str, int], ssh_port: Optional[int] = None,
-            network_interface: Optional[str] = None) -> list[str]:
-    """The wrapper around `horovodrun` (elastic: bounded by min_np/max_np, hosts from the
-    discovery script) around `hvdcls train --config RUN_DIR/job.yaml`."""
+            network_interface: Optional[str] = None, launch_id: Optional[str] = None) -> list[str]:
+    """The wrapper (claiming launch `launch_id`) around `horovodrun` (elastic: bounded by
+    min_np/max_np, hosts from the discovery script) around `hvdcls train --config RUN_DIR/job.yaml`."""
     train = runner.train_command(run_dir, spec["backend"])
     train = (["-p", str(ssh_port)] if ssh_port else []) + train  # options before the command
     np = sum(allocation.values())
@@ -111,7 +126,7 @@ def command(run_dir: Path, spec: dict, allocation: dict[str, int], ssh_port: Opt
                                                train, network_interface=network_interface)
     else:
         horovodrun = launch.horovodrun(np, train, hosts=allocation)
-    return runner.wrapped(run_dir, horovodrun)
+    return runner.wrapped(run_dir, faults.standin(run_dir) or horovodrun, launch_id)
 
 
 def start(run_dir: Path, cmd: list[str]) -> subprocess.Popen:
@@ -119,24 +134,6 @@ def start(run_dir: Path, cmd: list[str]) -> subprocess.Popen:
     with open(run_dir / runner.STDOUT, "ab") as out, open(run_dir / runner.STDERR, "ab") as err:
         return subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                 env=launch.single_host_env(), cwd=run_dir, start_new_session=True)
-
-
-def start_time(pid: int) -> Optional[int]:
-    """The process's start time in clock ticks since boot (/proc), None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22, counted after the command name
-
-
-def alive(pid: int, started: Optional[int]) -> bool:
-    """Is the process we started still there (and not another one that got its pid)?"""
-    now = start_time(pid)
-    if now is None:
-        return False
-    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    return state != "Z" and (started is None or now == started)
 
 
 def signal_group(pid: int, sig: int) -> None:

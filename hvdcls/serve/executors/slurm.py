@@ -2,28 +2,31 @@
 decides the order and the nodes.
 
 The job table keeps each job's Slurm job id (its Handle's `external_id`), so a restarted service
-simply goes on asking Slurm: there is nothing to adopt. A job is `queued` while Slurm holds it
-pending, `running` while its batch job runs, and ends as Slurm says (slurm_batch.status), or as
-the wrapper recorded once Slurm has forgotten it. Logs, progress and metrics come from the run
-directory exactly as under the host-list executor, because the batch script runs the same
-wrapper and `hvdcls train` there. Slurm places the job, so `Seen.hosts` is its allocation as the
-batch script found it (RUN_DIR/allocation); the service records, once the job says so in its
-status.json, the world it runs in (an elastic job shrinks when a node is lost:
-slurm_elastic). The service never resizes a job here: Slurm adds no node to an allocation.
+simply goes on asking Slurm: there is nothing to adopt, except a job whose id a crash kept from
+the table (between sbatch and its record): Slurm knows it by its name, `hvdcls-ID-LAUNCH`. A
+job is `queued` while Slurm holds it pending, `running` while its batch job runs, and ends as
+Slurm says (slurm_batch.status), or as the wrapper recorded once Slurm has forgotten it. Logs,
+progress and metrics come from the run directory exactly as under the host-list executor,
+because the batch script runs the same wrapper and `hvdcls train` there. Slurm places the job,
+so `Seen.hosts` is its allocation as the batch script found it (RUN_DIR/allocation); the
+service records, once the job says so in its status.json, the world it runs in (an elastic job
+shrinks when a node is lost: slurm_elastic). The service never resizes a job here: Slurm adds
+no node to an allocation.
 """
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from hvdcls import launch
 from hvdcls.errors import UserError
 from hvdcls.fileio import write_atomic
-from hvdcls.serve import runner
+from hvdcls.serve import launches, runner
 from hvdcls.serve.errors import Refused, Unsupported
 from hvdcls.serve.executors import slurm_batch, slurm_elastic
-from hvdcls.serve.executors.base import Executor, Handle, Launch, Seen
+from hvdcls.serve.executors.base import NOT_STARTED, Executor, Handle, Launch, Seen
 from hvdcls.serve.executors.slurm_options import SlurmOptions
 from hvdcls.serve.store import CANCELLED, FAILED, FINAL, QUEUED, RUNNING, SUCCEEDED
 
@@ -64,8 +67,9 @@ class SlurmExecutor(Executor):
         spec, run_dir = attempt.spec, attempt.run_dir
         elastic = slurm_batch.Elastic(*spec.bounds, self.settings.network_interface) if spec.elastic else None
         script = run_dir / slurm_batch.BATCH_SCRIPT
-        write_atomic(script, slurm_batch.batch_script(f"hvdcls-{attempt.job_id}", spec.np, spec.backend, run_dir,
-                                                      self.options(spec), elastic).encode())
+        write_atomic(script, slurm_batch.batch_script(job_name(attempt.job_id, attempt.launch_id), spec.np,
+                                                      spec.backend, run_dir, self.options(spec), elastic,
+                                                      attempt.launch_id).encode())
         slurm_id = slurm_batch.submit(script, env=launch.single_host_env())
         log.info("job %d: Slurm job %s", attempt.job_id, slurm_id)
         return Handle(external_id=slurm_id)
@@ -113,8 +117,20 @@ class SlurmExecutor(Executor):
         return Seen(FAILED, code, f"{reason}: {too_few}" if too_few else reason, hosts)
 
     def adopt(self, job: "Job") -> Optional[Seen]:
-        """Nothing to adopt: Slurm kept the job; the next poll says where it is."""
-        return Seen(job.state)
+        """Slurm kept the job: the next poll says where it is. A job whose Slurm id the crash
+        kept from the table is found by its name, which carries its id and launch; one Slurm
+        does not know is abandoned (its wrapper, should sbatch still land it, will not run it)
+        unless its wrapper claimed it first: then it ran, and Slurm has forgotten it since."""
+        if job.external_id is not None or job.launch_id is None:
+            return Seen(job.state)
+        found = slurm_batch.find(job_name(job.id, job.launch_id))
+        if found:
+            slurm_id = max(found, key=int)  # one, unless sbatch was run by hand with its name
+            return Seen(job.state, handle=Handle(external_id=slurm_id))
+        claim = launches.claim(runner.directory(job), job.launch_id, {"abandoned_at": time.time()})
+        if "pid" not in claim:
+            return Seen(NOT_STARTED)
+        return self.seen(job, None)  # its wrapper's record, if any
 
     def cancel(self, job: "Job", force: bool = False) -> None:
         """scancel; Slurm itself goes from SIGTERM to SIGKILL (its KillWait), so forcing adds nothing."""
@@ -123,6 +139,11 @@ class SlurmExecutor(Executor):
 
     def resize(self, job: "Job", hosts: dict[str, int]) -> None:
         raise Unsupported("Slurm adds no node to a running allocation: an elastic job only shrinks when one is lost")
+
+
+def job_name(job_id: int, launch_id: Optional[str]) -> str:
+    """The Slurm job's name: hvdcls's job id and the launch, so that a restart finds it by name."""
+    return f"hvdcls-{job_id}-{launch_id}" if launch_id else f"hvdcls-{job_id}"
 
 
 def allocation(run_dir: Path) -> Optional[dict[str, int]]:

@@ -73,19 +73,20 @@ class Elastic:
 
 
 def batch_script(job_name: str, np: int, backend: str, run_dir: Path, options: SlurmOptions,
-                 elastic: Optional[Elastic] = None) -> str:
-    """The sbatch script: hosts and slots from the allocation, then the wrapper around
-    `horovodrun --gloo -np N -H HOSTS ... hvdcls train --config RUN_DIR/job.yaml`; an elastic
-    job's horovodrun takes its hosts from RUN_DIR/discover.sh instead (slurm_elastic)."""
+                 elastic: Optional[Elastic] = None, launch_id: Optional[str] = None) -> str:
+    """The sbatch script: hosts and slots from the allocation, then the wrapper (claiming the
+    launch `launch_id`) around `horovodrun --gloo -np N -H HOSTS ... hvdcls train --config
+    RUN_DIR/job.yaml`; an elastic job's horovodrun takes its hosts from RUN_DIR/discover.sh
+    instead (slurm_elastic)."""
     train = runner.train_command(run_dir, backend)
     ask_hosts = [sys.executable, "-m", "hvdcls.serve.executors.slurm_batch", "hosts", str(run_dir)]
     if elastic:
         launcher = slurm_elastic.horovodrun(np, elastic.min_np, elastic.max_np, run_dir, train,
                                             elastic.network_interface)
-        words = [shlex.quote(part) for part in runner.wrapped(run_dir, launcher)]
+        words = [shlex.quote(part) for part in runner.wrapped(run_dir, launcher, launch_id)]
         find_hosts = " ".join(map(shlex.quote, [*ask_hosts, "--elastic"])) + " >/dev/null"
     else:
-        job = runner.wrapped(run_dir, launcher_command(options, np, train))
+        job = runner.wrapped(run_dir, launcher_command(options, np, train), launch_id)
         words = [shlex.quote(part) for part in job]
         words[job.index("-H") + 1] = '"$hosts"'  # known only inside the allocation
         find_hosts = f"hosts=$({' '.join(map(shlex.quote, ask_hosts))})"
@@ -185,6 +186,14 @@ def query(slurm_ids: list[str]) -> dict[str, Status]:
     if done.returncode != 0:
         if "Invalid job id" in done.stderr:  # squeue's answer when it knows none of them
             return {}
+        raise UserError(f"squeue: {one_line(done.stderr)}")
+    return parse_squeue(done.stdout)
+
+
+def find(job_name: str) -> dict[str, Status]:
+    """The jobs Slurm knows by this name (pending, running, or ended within MinJobAge)."""
+    done = call(["squeue", "--noheader", "--states=all", f"--name={job_name}", f"--Format={SQUEUE_FORMAT}"])
+    if done.returncode != 0:
         raise UserError(f"squeue: {one_line(done.stderr)}")
     return parse_squeue(done.stdout)
 

@@ -24,10 +24,8 @@ from pathlib import Path
 from typing import Optional
 
 from hvdcls import launch
-from hvdcls.errors import UserError
 from hvdcls.fileio import write_atomic
 from hvdcls.serve import runner
-from hvdcls.serve.scheduler import parse_hosts
 
 NODES = "slurm_nodes"
 REACH_SECONDS = 5  # a spawn on a loaded node can be slow; a dead one fails at once (no name, no route)
@@ -83,13 +81,8 @@ def horovodrun(np: int, min_np: int, max_np: int, run_dir: Path, train: list[str
                                      network_interface=network_interface)
 
 
-def current_hosts(run_dir: Path) -> Optional[dict[str, int]]:
-    """What discover.sh printed last ({} when no node was usable); None before the job started."""
-    try:
-        text = (run_dir / runner.ALLOCATION).read_text()
-        return parse_hosts(text) if text.strip() else {}  # HOST:SLOTS lines, as an inventory's
-    except (OSError, UserError):  # not written yet
-        return None
+# What discover.sh printed last ({} when no node was usable); None before the job started.
+current_hosts = runner.read_allocation
 
 
 def below_min_np(hosts: Optional[dict[str, int]], min_np: Optional[int]) -> Optional[str]:
