@@ -1,6 +1,7 @@
 """The HTTP API (FastAPI) and `hvdcls serve` itself (uvicorn on a socket bound here).
 
-    POST /jobs                 submit: 201; 422 bad spec; 400 larger than the inventory; 507 disk full
+    POST /jobs                 submit: 201; 422 bad spec; 400 larger than the inventory; 507 disk full;
+                               an Idempotency-Key header makes a retry answer with the first job (200)
     GET  /jobs[?state=&limit=&offset=&order=]   the queue and what ran, a page of it (X-Total-Count)
     GET  /jobs/{id}            state, owner, hosts, progress, last metrics, run directory, why it failed
     GET  /jobs/{id}/logs       stdout (or ?stream=stderr); ?follow=true streams until it ends
@@ -49,6 +50,8 @@ from hvdcls.serve.views import host_slots, read_log, view
 SERVER_FILE = "server.json"
 TOKEN_FILE = users.TOKEN_FILE
 JobId = Annotated[int, fastapi.Path(ge=1, le=INT64)]
+# The IETF draft's header: any printable ASCII but space, as the client makes it (a UUID by default).
+IdempotencyKey = Annotated[Optional[str], fastapi.Header(alias="Idempotency-Key", pattern=r"^[!-~]{1,255}$")]
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "no token, or one no user has"}, 422: {"description": "a bad request, named"},
     413: {"description": "a body over 1 MiB"}, 503: {"description": "the job table is busy"}}
@@ -95,16 +98,25 @@ def make_app(service: Service, open_metrics: bool = False, reserve_bytes: int = 
             raise HTTPException(404, f"no job {job_id}")
         return job
 
-    @app.post("/jobs", status_code=201, responses={400: {"description": "more than the inventory"},
+    @app.post("/jobs", status_code=201, responses={200: {"description": "a retry: the job its key made"},
+                                                   400: {"description": "more than the inventory"},
                                                    507: {"description": "the state directory is full"}})
-    def submit(spec: JobSpec, who: User = Depends(user)) -> dict:
+    def submit(spec: JobSpec, response: Response, who: User = Depends(user),
+               idempotency_key: IdempotencyKey = None) -> dict:
+        """A new job (201); with an Idempotency-Key the caller's earlier submission with that key
+        answers a retry (200, Idempotent-Replayed: true), so a request cut by a restart can be
+        sent again without making a second job."""
         guards.check_space(service.settings.state_dir, reserve_bytes)
         try:
-            return view(service.submit(spec, owner=who.name))
+            job, replayed = service.submit_once(spec, owner=who.name, key=idempotency_key)
         except Refused as err:
             raise HTTPException(400, str(err)) from None
         except UserError as err:
             raise HTTPException(422, str(err)) from None
+        if replayed:
+            response.status_code = 200
+            response.headers["Idempotent-Replayed"] = "true"
+        return view(job)
 
     @app.get("/jobs", dependencies=signed_in)
     def jobs(response: Response, state: Optional[State] = None,

@@ -1,5 +1,8 @@
 """The CLI side of the service (httpx): submit, jobs, status, logs, cancel.
 
+`hvdcls submit` sends an idempotency key (a new UUID, or --idempotency-key) and sends its
+request again with it when a restart of the service cut it: the service makes the job once.
+
 The address and token come from the flags (--url, --token), the environment ($HVDCLS_SERVE_URL,
 $HVDCLS_SERVE_TOKEN), else the service's state directory (server.json; token, the first
 admin's). Every refusal by the service is one line and exit status 2, like any other bad input.
@@ -11,6 +14,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Optional
 
@@ -20,6 +24,9 @@ from hvdcls import config as cfg
 from hvdcls import launch, tables
 from hvdcls.errors import UserError
 from hvdcls.serve.executors.slurm_options import SlurmOptions
+
+RETRY_SECONDS = 60  # a submission cut by a restart is sent again this long (a restart takes seconds)
+RETRY_PAUSE = 0.5
 
 
 class Client:
@@ -32,11 +39,28 @@ class Client:
         try:
             response = self.http.request(method, path, **kwargs)
         except httpx.TransportError as err:
-            raise UserError(f"no hvdcls service answers at {self.url} ({err}); start one with "
-                            "`hvdcls serve`, or give --url / --state-dir") from None
-        if response.status_code >= 400:
-            raise UserError(f"{response.status_code}: {detail(response)}")
-        return response.json()
+            raise self.no_answer(err) from None
+        return answer(response)
+
+    def no_answer(self, err: Exception) -> UserError:
+        return UserError(f"no hvdcls service answers at {self.url} ({err}); start one with "
+                         "`hvdcls serve`, or give --url / --state-dir")
+
+    def submit(self, spec: dict, key: str, patience: float = RETRY_SECONDS) -> tuple[dict, bool]:
+        """POST /jobs with an idempotency key: (the job, whether an earlier request with the key
+        had made it). A request cut on its way (the service restarting) is sent again with the
+        same key until `patience` seconds have passed, so the job is made once; a service that
+        does not answer the first time is not waited for."""
+        deadline, cut = time.monotonic() + patience, False
+        while True:
+            try:
+                response = self.http.post("/jobs", json=spec, headers={"Idempotency-Key": key})
+                return answer(response), response.status_code == 200
+            except httpx.TransportError as err:
+                cut = cut or not isinstance(err, httpx.ConnectError)  # it may have been received
+                if not cut or time.monotonic() > deadline:
+                    raise self.no_answer(err) from None
+                time.sleep(RETRY_PAUSE)
 
     def stream(self, path: str, params: dict):
         try:
@@ -47,6 +71,13 @@ class Client:
                 yield from response.iter_bytes()
         except httpx.TransportError as err:
             raise UserError(f"the service at {self.url} went away ({err})") from None
+
+
+def answer(response: httpx.Response):
+    """The JSON of a success; a refusal as one line (UserError)."""
+    if response.status_code >= 400:
+        raise UserError(f"{response.status_code}: {detail(response)}")
+    return response.json()
 
 
 def detail(response: httpx.Response) -> str:
@@ -83,8 +114,9 @@ def submit(args: argparse.Namespace) -> int:
                                                     "hang_seconds", "elastic", "min_np", "max_np")}
     spec["settings"] = cfg.read_file(args.config) if args.config else {}
     spec["slurm"] = SlurmOptions.given(args)
-    job = connect(args).call("POST", "/jobs", json=spec)
-    print(f"job {job['id']} {job['state']} ({job['np']} slots, {job['backend']})")
+    job, replayed = connect(args).submit(spec, args.idempotency_key or str(uuid.uuid4()))
+    again = f"; submitted before with key {args.idempotency_key}" if replayed else ""
+    print(f"job {job['id']} {job['state']} ({job['np']} slots, {job['backend']}{again})")
     return 0
 
 

@@ -170,6 +170,9 @@ def add_client_commands(sub) -> None:
     submit.add_argument("--min-np", type=int)
     submit.add_argument("--max-np", type=int)
     submit.add_argument("--hang-seconds", type=float, help="end it, failed, after this long without a step")
+    submit.add_argument("--idempotency-key", metavar="KEY",
+                        help="the submission's key (default: a new one each time): the same key again "
+                             "gives back the job it made instead of a second one")
     add_flags(submit, "a service run with --executor slurm")
     submit.add_argument("overrides", nargs="*", metavar="key=value")
     submit.set_defaults(handler=client("submit"))

@@ -6,6 +6,8 @@ costs its start-up only), so that every job accepted here waits in the queue and
 - users: every request needs a token (401 without, or with an unknown one: each endpoint of the
   schema, and the schema itself); a job records its owner; cancel by the owner or an admin, else
   403; `hvdcls serve token add/list/revoke` on the running service; `hvdcls jobs` shows owners.
+- idempotency keys: the same key twice, one job (201, then 200 with it); another spec with the
+  key refused (422); another user's key is his own; `hvdcls submit --idempotency-key` twice.
 - hostile specs, one row each: a 4xx with one line, no job recorded, no run directory made, and
   nothing written outside the state directory (the whole test tree compared before and after).
 - the schema fuzzed by schemathesis as a user who owns none of the others' jobs: no 5xx from a
@@ -95,6 +97,30 @@ def test_only_the_owner_or_an_admin_may_cancel(api):
     assert who["carol"].post(f"/jobs/{second['id']}/cancel").json()["state"] == "cancelled"  # an admin added later
     assert server.http.post(f"/jobs/{third['id']}/cancel").json()["state"] == "cancelled"  # the first admin
     assert server.job(api["holder"]["id"])["owner"] == "admin"
+
+
+def test_an_idempotency_key_gives_back_the_job_it_made(api):
+    server, who = api["server"], api["as"]
+    spec, key = {"np": 1, "name": "keyed"}, {"Idempotency-Key": "retry-me-1"}
+    first = who["alice"].post("/jobs", json=spec, headers=key)
+    again = who["alice"].post("/jobs", json=spec, headers=key)
+    assert (first.status_code, again.status_code, again.headers.get("idempotent-replayed")) == (201, 200, "true")
+    assert again.json()["id"] == first.json()["id"]
+    other = who["alice"].post("/jobs", json={**spec, "np": 2}, headers=key)
+    assert other.status_code == 422 and one_line(other) == (
+        f"Idempotency-Key 'retry-me-1': job {first.json()['id']} was submitted with it, with another spec; "
+        "give a new key for a new job")
+    bobs = who["bob"].post("/jobs", json=spec, headers=key)  # a key is its user's own
+    assert bobs.status_code == 201 and bobs.json()["id"] != first.json()["id"]
+    assert who["alice"].post("/jobs", json=spec, headers={"Idempotency-Key": "a b"}).status_code == 422
+    elsewhere = str(server.root / "no-state-here")
+    submitted = [hvdcls("submit", "--np", "1", "--name", "cli-keyed", "--idempotency-key", "cli-1", "--url", server.url,
+                        "--token", api["tokens"]["alice"], "--state-dir", elsewhere) for _ in range(2)]
+    assert [done.returncode for done in submitted] == [0, 0], submitted[0].stderr
+    ids = [done.stdout.split()[1] for done in submitted]
+    assert ids[0] == ids[1] and submitted[1].stdout.rstrip().endswith("; submitted before with key cli-1)")
+    for job_id in (first.json()["id"], bobs.json()["id"], int(ids[0])):
+        server.http.post(f"/jobs/{job_id}/cancel")
 
 
 def test_token_commands_work_on_the_running_service(api):
