@@ -53,33 +53,39 @@ def hvdcls(*args: str, extra_env: Optional[dict] = None, timeout: float = 120) -
 
 class ServeProcess:
     def __init__(self, root: Path, hosts: str = "localhost:1", options: tuple[str, ...] = (),
-                 env: Optional[dict] = None, state_dir: Optional[Path] = None):
+                 env: Optional[dict] = None, state_dir: Optional[Path] = None, own_group: bool = False):
         self.root = Path(root)
         self.state_dir = state_dir or self.root / "state"
         self.data_root = self.root / "data"
         self.cwd = self.root / "cwd"  # the service's working directory: a test sees what lands there
         self.log = self.root / "serve.log"
         self.hosts, self.options, self.extra_env = hosts, options, env or {}
+        self.own_group = own_group  # its own process group, which kill_group() ends as a crash would
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: Optional[subprocess.Popen] = None
         for folder in (self.data_root, self.cwd):
             folder.mkdir(parents=True, exist_ok=True)
 
-    def start(self, timeout: float = 60) -> None:
+    def start(self, timeout: float = 60, may_die: bool = False) -> bool:
+        """Start the service and wait until it listens; False when it ended first and `may_die`
+        said it might (a crash hook in its start-up)."""
         (self.state_dir / "server.json").unlink(missing_ok=True)
         command = launch.hvdcls_command("serve", "--hosts", self.hosts, "--state-dir", str(self.state_dir),
                                         "--port", str(self.port), "--data-root", str(self.data_root),
                                         "--grace-seconds", "5", *self.options)
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env(self.extra_env),
-                                            cwd=self.cwd)
+                                            cwd=self.cwd, start_new_session=self.own_group)
         deadline = time.time() + timeout
         while not (self.state_dir / "server.json").exists():
+            if may_die and self.process.poll() is not None:
+                return False
             assert self.process.poll() is None and time.time() < deadline, self.log.read_text()[-3000:]
             time.sleep(0.05)
         self.token = (self.state_dir / "token").read_text().strip()
         self.http = self.client(self.token)
+        return True
 
     def client(self, token: Optional[str], timeout: float = 60) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -97,6 +103,15 @@ class ServeProcess:
 
     def kill(self) -> None:
         self.process.kill()
+        self.process.wait(timeout=30)
+
+    def kill_group(self) -> None:
+        """SIGKILL to the service's process group (own_group), as a crash of it; its jobs run
+        in sessions of their own and go on."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         self.process.wait(timeout=30)
 
     def submit(self, spec: dict, http: Optional[httpx.Client] = None) -> dict:

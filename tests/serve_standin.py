@@ -45,8 +45,8 @@ def epochs(spec: dict) -> int:
 
 
 def main(run_dir: Path) -> int:
-    note(run_dir, f"start {os.getpid()}")
     signal.signal(signal.SIGTERM, lambda *_: (note(run_dir, "end 143"), os._exit(143)))
+    note(run_dir, f"start {os.getpid()}")
     spec = json.loads((run_dir / "spec.json").read_text())
     total, began = epochs(spec) * STEPS_PER_EPOCH, time.time()
     for step in range(1, total + 1):

@@ -26,11 +26,11 @@ STANDIN = "HVDCLS_TEST_SERVE_STANDIN"
 CRASH_POINTS = (
     "submit",  # the job is in the table, its submitter not yet answered
     "launch",  # a queued job claimed (running, a launch id), nothing spawned yet
-    "hand_over:prepared",  # its run directory written, nothing spawned yet
-    "hand_over:started",  # the executor started it, its handle (pid, Slurm id) not yet recorded
+    "hand_over.prepared",  # its run directory written, nothing spawned yet
+    "hand_over.started",  # the executor started it, its handle (pid, Slurm id) not yet recorded
     "resize",  # an elastic job told of its new slots, the table not yet changed
     "record_end",  # a job seen to end, its end not yet recorded
-    "restart:abandoned",  # a restarted service abandoned a launch, the job not yet queued again
+    "restart.abandoned",  # a restarted service abandoned a launch, the job not yet queued again
 )
 
 

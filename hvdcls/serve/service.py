@@ -197,7 +197,7 @@ class Service:
         """A launch the crash cut short before anything of it ran: the job goes on as if it had
         never been claimed (its attempt not counted, whatever requeue says); a cancel asked
         meanwhile ends it."""
-        faults.crash_point("restart:abandoned")
+        faults.crash_point("restart.abandoned")
         reset = dict(NO_LAUNCH, hosts=None, started_at=None, resized_at=None, first_step_at=None)
         if job.state == RUNNING:  # the service's own queue counted the attempt as it claimed the job
             reset["attempts"] = max(job.attempts - 1, 0)
@@ -391,9 +391,9 @@ class Service:
         resume_from = run_dir if resume and runner.has_checkpoint(run_dir) else None
         config = job_spec.job_config(config, run_dir, resume_from, self.settings.job_metrics)
         runner.prepare(run_dir, spec.model_dump(), config)
-        faults.crash_point("hand_over:prepared")
+        faults.crash_point("hand_over.prepared")
         handle = self.executor.start(Launch(job.id, run_dir, spec, config, allocation, job.launch_id))
-        faults.crash_point("hand_over:started")
+        faults.crash_point("hand_over.started")
         log.info("job %d: started by %s on %s (%s)", job.id, self.executor.name, allocation or "its own nodes",
                  ", ".join(f"{k} {v}" for k, v in handle.columns().items() if v is not None))
         # launch() counted the attempt as it claimed the job; a job handed over at submit is at its first

@@ -88,7 +88,7 @@ def run_to_end(svc: Service, job_id: int, timeout: float = 30):
                     and j, timeout)
 
 
-@pytest.mark.parametrize("point", ["launch", "hand_over:prepared"])
+@pytest.mark.parametrize("point", ["launch", "hand_over.prepared"])
 def test_a_launch_cut_before_anything_was_spawned_is_queued_again_and_runs_once(tmp_path, monkeypatch, point):
     before, job_id = crashed_launch(tmp_path, monkeypatch, point, JobSpec(np=1))
     cut = before.store.get(job_id)
@@ -108,13 +108,14 @@ def test_a_launch_cut_before_anything_was_spawned_is_queued_again_and_runs_once(
 
 
 def test_a_wrapper_that_claimed_its_launch_before_the_restart_is_adopted(tmp_path, monkeypatch):
-    before, job_id = crashed_launch(tmp_path, monkeypatch, "hand_over:started", JobSpec(np=1))
+    before, job_id = crashed_launch(tmp_path, monkeypatch, "hand_over.started", JobSpec(np=1))
     cut = before.store.get(job_id)
     assert cut.pid is None  # spawned, not recorded
     claim = wait_for(lambda: launches.read_claim(Path(cut.run_dir), cut.launch_id))
     again = restart(tmp_path, monkeypatch)
     adopted = again.store.get(job_id)
     assert (adopted.state, adopted.pid, adopted.pid_start) == (RUNNING, claim["pid"], claim["pid_start"])
+    wait_for(lambda: starts(adopted) == ["start"])
     again.cancel(job_id)
     done = run_to_end(again, job_id)
     assert (done.state, done.attempts, starts(done)) == (CANCELLED, 1, ["start", "end 143"])
@@ -135,7 +136,7 @@ def test_an_end_the_crash_kept_from_the_table_is_recorded_from_the_exit_record(t
 
 
 def test_a_job_that_ended_before_the_restart_found_its_pid_is_recorded_too(tmp_path, monkeypatch):
-    before, job_id = crashed_launch(tmp_path, monkeypatch, "hand_over:started",
+    before, job_id = crashed_launch(tmp_path, monkeypatch, "hand_over.started",
                                     JobSpec(np=1))
     run_dir = Path(before.store.get(job_id).run_dir)
     wait_for(lambda: runner.exit_record(run_dir))
@@ -145,7 +146,7 @@ def test_a_job_that_ended_before_the_restart_found_its_pid_is_recorded_too(tmp_p
 
 @pytest.mark.parametrize("requeue", [False, True])
 def test_a_claimed_launch_gone_without_a_word_is_a_real_loss(tmp_path, monkeypatch, requeue):
-    before, job_id = crashed_launch(tmp_path, monkeypatch, "hand_over:started", JobSpec(np=1, requeue=requeue))
+    before, job_id = crashed_launch(tmp_path, monkeypatch, "hand_over.started", JobSpec(np=1, requeue=requeue))
     cut = before.store.get(job_id)
     claim = wait_for(lambda: launches.read_claim(Path(cut.run_dir), cut.launch_id))
     hosts.signal_group(claim["pid"], signal.SIGKILL)  # the wrapper and its job, killed with no record
@@ -167,7 +168,7 @@ def test_a_cancel_of_a_launch_that_never_started_ends_it_cancelled(tmp_path, mon
 def test_a_restart_cut_short_after_abandoning_decides_the_same_next_time(tmp_path, monkeypatch):
     crashed_launch(tmp_path, monkeypatch, "launch", JobSpec(np=1))
     with pytest.raises(Crash):
-        restart(tmp_path, monkeypatch, crash="restart:abandoned")
+        restart(tmp_path, monkeypatch, crash="restart.abandoned")
     jobs = restart(tmp_path, monkeypatch).store.list()
     assert [(j.state, j.attempts, j.launch_id) for j in jobs] == [(QUEUED, 0, None)]
 

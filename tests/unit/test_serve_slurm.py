@@ -407,7 +407,7 @@ def crash_at(monkeypatch, point):
 
 
 def test_a_job_sbatched_before_the_crash_recorded_its_id_is_found_by_its_name(tmp_path, fake, monkeypatch):
-    crash_at(monkeypatch, "hand_over:started")
+    crash_at(monkeypatch, "hand_over.started")
     with pytest.raises(Crash):
         service(tmp_path).submit(JobSpec(np=1))
     (cut,) = Store(tmp_path / "jobs.db").list()
@@ -422,7 +422,7 @@ def test_a_job_sbatched_before_the_crash_recorded_its_id_is_found_by_its_name(tm
     assert again.store.get(cut.id).state == SUCCEEDED
 
 
-@pytest.mark.parametrize("point", ["submit", "hand_over:prepared"])
+@pytest.mark.parametrize("point", ["submit", "hand_over.prepared"])
 def test_a_job_the_crash_kept_from_slurm_is_handed_over_at_the_restart_once(tmp_path, fake, monkeypatch, point):
     crash_at(monkeypatch, point)
     with pytest.raises(Crash):
@@ -440,7 +440,7 @@ def test_a_job_the_crash_kept_from_slurm_is_handed_over_at_the_restart_once(tmp_
 
 
 def test_a_job_slurm_ran_and_forgot_before_the_restart_ends_as_its_wrapper_recorded(tmp_path, fake, monkeypatch):
-    crash_at(monkeypatch, "hand_over:started")
+    crash_at(monkeypatch, "hand_over.started")
     with pytest.raises(Crash):
         service(tmp_path).submit(JobSpec(np=1))
     (cut,) = Store(tmp_path / "jobs.db").list()
