@@ -1,5 +1,6 @@
-"""The job table: the queue itself, in SQLite (WAL), so that a restart loses nothing; and the
-users table: who may call the API (hvdcls.serve.users), each by a hash of their token.
+"""The job table: the queue itself, in SQLite (WAL), so that a restart loses nothing; the users
+table: who may call the API (hvdcls.serve.users), each by a hash of their token; and the
+console's sessions, each by a hash of its id, so that a restart signs no one out.
 
 Job ids grow with submission, so "queued, ordered by id" is the queue. Every change is one short
 transaction; SQLite serialises the writers (the API's threads and the service loop) and WAL lets
@@ -22,6 +23,7 @@ from sqlalchemy import (
     String,
     Text,
     create_engine,
+    delete,
     event,
     func,
     inspect,
@@ -98,6 +100,19 @@ class User(Base):
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
     admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class ConsoleSession(Base):
+    """A console sign-in (hvdcls.serve.console.session): kept by the SHA-256 of its cookie's
+    random id, so a copied database opens no session; it belongs to the user whose token it was
+    made with, by that token's hash."""
+
+    __tablename__ = "console_sessions"
+
+    id_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), index=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    last_seen: Mapped[float] = mapped_column(Float, index=True)
 
 
 class Store:
@@ -220,10 +235,38 @@ class Store:
             return list(session.scalars(select(User).order_by(User.created_at, User.name)))
 
     def remove_user(self, name: str) -> None:
+        """The user, and every console session made with their token."""
         with self.session.begin() as session:
             user = session.get(User, name)
             if user is not None:
+                session.execute(delete(ConsoleSession).where(ConsoleSession.token_sha256 == user.token_sha256))
                 session.delete(user)
+
+    # --- console sessions (hvdcls.serve.console.session) ------------------------------------
+
+    def add_console_session(self, id_sha256: str, token_sha256: str, now: float, keep: int) -> None:
+        """A new session; beyond `keep` sessions the least recently seen go."""
+        with self.session.begin() as session:
+            session.add(ConsoleSession(id_sha256=id_sha256, token_sha256=token_sha256, created_at=now, last_seen=now))
+            session.flush()
+            newest = select(ConsoleSession.id_sha256).order_by(ConsoleSession.last_seen.desc()).limit(keep)
+            session.execute(delete(ConsoleSession).where(ConsoleSession.id_sha256.not_in(newest)))
+
+    def console_session(self, id_sha256: str) -> Optional[ConsoleSession]:
+        with self.session() as session:
+            return session.get(ConsoleSession, id_sha256)
+
+    def touch_console_session(self, id_sha256: str, now: float) -> None:
+        with self.session.begin() as session:
+            session.execute(update(ConsoleSession).where(ConsoleSession.id_sha256 == id_sha256).values(last_seen=now))
+
+    def remove_console_sessions(self, id_sha256: Optional[str] = None, seen_before: Optional[float] = None) -> None:
+        """One session (by its id's hash), and every session not seen since `seen_before`."""
+        with self.session.begin() as session:
+            if id_sha256 is not None:
+                session.execute(delete(ConsoleSession).where(ConsoleSession.id_sha256 == id_sha256))
+            if seen_before is not None:
+                session.execute(delete(ConsoleSession).where(ConsoleSession.last_seen < seen_before))
 
     def claim_unowned(self, owner: str) -> int:
         """Jobs from before there were users (no owner) become `owner`'s; how many."""

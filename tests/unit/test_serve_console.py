@@ -4,7 +4,8 @@ table (its loop not started: jobs are rows written here, run directories files w
 The templates render with no job, one job (its page with curves, log and settings) and a
 thousand (a page of 50, the list's poll resending only rows that changed); the session cookie's
 attributes; nothing of a job without a session; sign-in, cancel and sign-out refused without
-this service's Origin and the session's CSRF token; another user's cancel refused.
+this service's Origin and the session's CSRF token; another user's cancel refused; a session
+outlives a restart, kept as hashes, and ends when idle too long or with its user's token.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from hvdcls.serve import users
 from hvdcls.serve.app import make_app
-from hvdcls.serve.console import live
+from hvdcls.serve.console import live, session
 from hvdcls.serve.service import Service
 from hvdcls.serve.settings import Settings
 from hvdcls.serve.spec import JobSpec
@@ -212,6 +213,34 @@ def test_sign_out_and_revoke_end_the_session(site):
     assert bob.get("/", follow_redirects=False).status_code == 200
     users.revoke(service.store, "bob")
     assert bob.get("/", follow_redirects=False).status_code == 303
+
+
+def test_a_session_outlives_a_restart_kept_as_hashes_and_ends_idle_or_with_its_token(site):
+    service, client, tokens = site
+    sign_in(client, tokens["bob"])
+    cookie = client.cookies[session.COOKIE]
+    restarted = Service(Settings(state_dir=service.settings.state_dir, inventory={"a": 2, "b": 2}))
+    again = TestClient(make_app(restarted), cookies={session.COOKIE: cookie})
+    page = again.get("/", follow_redirects=False)
+    assert page.status_code == 200 and csrf_of(page.text) == session.csrf_of(cookie)  # signed in still
+    stored = b"".join(path.read_bytes() for path in service.settings.state_dir.glob("jobs.db*"))
+    assert cookie.encode() not in stored and csrf_of(page.text).encode() not in stored
+    assert restarted.store.console_session(session.id_hash(cookie)).token_sha256 == users.digest(tokens["bob"])
+    restarted.store.touch_console_session(session.id_hash(cookie), time.time() - session.IDLE_SECONDS - 1)
+    assert again.get("/", follow_redirects=False).status_code == 303  # idle too long: over, and forgotten
+    assert restarted.store.console_session(session.id_hash(cookie)) is None
+    bob = sign_in(TestClient(make_app(restarted)), tokens["bob"])
+    kept = session.id_hash(bob.cookies[session.COOKIE])
+    assert restarted.store.console_session(kept) is not None
+    users.revoke(restarted.store, "bob")  # the token's end deletes its sessions, before any request
+    assert restarted.store.console_session(kept) is None
+
+
+def test_beyond_its_bound_the_least_recently_seen_session_goes(site):
+    service, _, tokens = site
+    bounded = session.Sessions(service.store, max_sessions=2)
+    first, second, third = (bounded.sign_in(tokens["bob"])[0] for _ in range(3))
+    assert [bounded.find(s) is not None for s in (first, second, third)] == [False, True, True]
 
 
 def test_the_charting_library_is_vendored_with_its_licence(site):
