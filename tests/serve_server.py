@@ -84,6 +84,8 @@ class ServeProcess:
             assert self.process.poll() is None and time.time() < deadline, self.log.read_text()[-3000:]
             time.sleep(0.05)
         self.token = (self.state_dir / "token").read_text().strip()
+        if getattr(self, "http", None) is not None:
+            self.http.close()  # the previous start's
         self.http = self.client(self.token)
         return True
 

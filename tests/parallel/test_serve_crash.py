@@ -36,11 +36,13 @@ import pytest
 from hvdcls.serve import faults, launches
 from tests.serve_server import FINAL, ServeProcess
 
-pytestmark = pytest.mark.parallel
 STANDIN = Path(__file__).resolve().parents[1] / "serve_standin.py"
 ROUND_SECONDS = float(os.environ.get("HVDCLS_CRASH_SECONDS", "150"))
 ROUNDS = int(os.environ.get("HVDCLS_CRASH_ROUNDS", "0"))  # 0: as many as ROUND_SECONDS allow
+# Rounds take ~5 s on a loaded 2-core machine; the drain after them up to a few minutes.
+pytestmark = [pytest.mark.parallel, pytest.mark.timeout(600 + (30 * ROUNDS or 2 * ROUND_SECONDS))]
 SLOTS = 3
+SUBMITS = 3  # a round's most submissions at random instants
 # The crash points in the order the first rounds use them; "restart.abandoned" needs a launch
 # cut before anything ran, so it follows "launch".
 HOOKED = ("submit", "launch", "restart.abandoned", "hand_over.prepared", "hand_over.started", "resize",
@@ -113,13 +115,16 @@ def hooked_traffic(server: ServeProcess, traffic: Traffic, point: str) -> None:
 
 
 def random_traffic(server: ServeProcess, traffic: Traffic, rng: random.Random, alive) -> None:
-    """Submissions, cancels and pauses until the killer ends the service."""
+    """Submissions (at most SUBMITS a round, so that the queue keeps up), cancels and pauses
+    until the killer ends the service."""
+    submitted = 0
     while alive():
         action = rng.choices(["short", "pair", "elastic", "cancel", "pause"], [3, 1, 1, 1, 2])[0]
         if action == "cancel":
             cancel_one(server, traffic, rng)
-        elif action != "pause":
+        elif action != "pause" and submitted < SUBMITS:
             new_job(server, traffic, action)
+            submitted += 1
         time.sleep(rng.uniform(0.05, 0.5))
 
 
@@ -167,13 +172,13 @@ def one_round(server: ServeProcess, traffic: Traffic, rng: random.Random, point:
     return this
 
 
-def drain(server: ServeProcess, traffic: Traffic, timeout: float = 240) -> dict[int, dict]:
+def drain(server: ServeProcess, traffic: Traffic) -> dict[int, dict]:
     """A last, uncrashed service: the cut submissions sent again, every job to its end."""
     server.extra_env[faults.CRASH] = ""
     server.start(timeout=120)
     for key in list(traffic.pending):
         assert submit(server, traffic, key) is not None
-    deadline = time.time() + timeout
+    deadline = time.time() + 120 + 3 * len(traffic.keys)  # each a few seconds at most, on 3 slots
     while True:
         jobs = {job["id"]: job for job in server.http.get("/jobs").json()}
         if all(job["state"] in FINAL for job in jobs.values()):
@@ -224,6 +229,17 @@ def check_every_job(jobs: dict[int, dict], traffic: Traffic) -> dict[str, int]:
     return ends
 
 
+def crash_point(n: int, before: Optional[str]) -> Optional[str]:
+    """Round n's crash point: each in turn first; in the long run every fourth round's too (and
+    the restart after a cut launch), random instants between."""
+    if n < len(HOOKED):
+        return HOOKED[n]
+    if ROUNDS and before == "launch":
+        return "restart.abandoned"
+    cycle = [point for point in HOOKED if point != "restart.abandoned"]
+    return cycle[(n // 4) % len(cycle)] if ROUNDS and n % 4 == 0 else None
+
+
 def test_every_acknowledged_job_ends_once_whatever_the_instant_of_the_crash(tmp_path):
     seed = int(os.environ.get("HVDCLS_CRASH_SEED", str(int(time.time()))))
     rng = random.Random(seed)
@@ -235,11 +251,7 @@ def test_every_acknowledged_job_ends_once_whatever_the_instant_of_the_crash(tmp_
             n = len(rounds)
             if (ROUNDS and n >= ROUNDS) or (not ROUNDS and n >= len(HOOKED) and time.time() - began > ROUND_SECONDS):
                 break
-            # The crash points first, then every fourth round in the long run; random instants between.
-            point = HOOKED[n % len(HOOKED)] if n < len(HOOKED) or (ROUNDS and n % 4 == 0) else None
-            if point == "restart.abandoned" and not (rounds and rounds[-1].point == "launch"):
-                point = "launch"
-            rounds.append(one_round(server, traffic, rng, point))
+            rounds.append(one_round(server, traffic, rng, crash_point(n, rounds[-1].point if rounds else None)))
         drained_at = time.time()
         jobs = drain(server, traffic)
     finally:
