@@ -186,6 +186,22 @@ class Backend(abc.ABC):
         weights() see them); the trained weights are put back when it exits."""
         raise NotImplementedError(f"{self.name} backend has no model EMA")
 
+    def set_frozen(self, frozen: bool) -> None:
+        """training.freeze_epochs, at an epoch boundary (every rank alike): frozen, everything
+        but the classifier head takes no gradient, no optimizer update and no part in the
+        gradient exchange; unfrozen, all trains. build() leaves the model frozen when
+        freeze_epochs > 0 (the range test sweeps that phase); the loop sets it each epoch, so a
+        resumed run is frozen exactly when its epoch is."""
+        if frozen:
+            raise NotImplementedError(f"{self.name} backend cannot freeze layers")
+
+    def set_class_weights(self, weights: Optional[list[float]]) -> None:
+        """training.class_weights: the training loss weighs each sample by its class's weight,
+        as torch's CrossEntropyLoss(weight=...) (sum of w[y] x loss over sum of w[y]); None: all 1.
+        Set before the first training step (and the range test's)."""
+        if weights is not None:
+            raise NotImplementedError(f"{self.name} backend has no class weights")
+
     def snapshot(self) -> Any:
         """This rank's training state in memory, for restore() to put back exactly: the model
         (weights and buffers), the optimizer (its slots and step counts), the loss scaler,

@@ -16,6 +16,7 @@ from hvdcls.config.schema import (
     TrainingConfig,
 )
 from hvdcls.errors import UserError
+from hvdcls.finetune import decay_in_force
 from hvdcls.models import vit_patches, vit_spec
 from hvdcls.zero import check_level
 
@@ -41,7 +42,7 @@ POSITIVE = ("data.image_size", "data.synthetic.num_samples", "data.synthetic.num
 NON_NEGATIVE = ("data.workers", "optimizer.momentum", "optimizer.weight_decay",
                 "schedule.min_lr_factor", "data.mixup_alpha", "data.cutmix_alpha", "output.checkpoint_every",
                 "training.label_smoothing", "training.seed", "training.profile_steps",
-                "training.stall_timeout_seconds",
+                "training.stall_timeout_seconds", "training.freeze_epochs",
                 "output.metrics_linger_seconds", "horovod.stall_check_seconds",
                 "horovod.stall_shutdown_seconds", "horovod.powersgd.start_iter")
 OPTIONAL_NON_NEGATIVE = ("schedule.warmup_epochs",)
@@ -113,6 +114,7 @@ def validate(config: Config) -> None:
         raise UserError("config training.activation_checkpointing=true with horovod.sync_bn=true: "
                         "the recomputed forward would repeat the batch-norm all-reduces; use one or the other")
     _validate_target(config.training)
+    _validate_finetune(config)
     if not 0 <= config.training.label_smoothing < 1:
         raise UserError(f"config training.label_smoothing={config.training.label_smoothing}: "
                         "must be in [0, 1)")
@@ -150,6 +152,32 @@ def _validate_zero(config: Config) -> None:
     if config.training.amp and config.training.amp_dtype == "float16":
         raise UserError(f"config training.zero={zero} with training.amp_dtype=float16: the loss scaler "
                         "does not see the sharded gradients; use training.amp_dtype=bfloat16")
+
+
+def _validate_finetune(config: Config) -> None:
+    """optimizer.layer_decay, training.freeze_epochs and training.class_weights (hvdcls.finetune):
+    the range, and what the sharded and elastic steps and soft targets do not serve."""
+    decay, training = config.optimizer.layer_decay, config.training
+    if decay is not None and not 0 < decay <= 1:
+        raise UserError(f"config optimizer.layer_decay={decay}: must be in (0, 1] (or null: off)")
+    if training.zero and (training.freeze_epochs or decay_in_force(decay)):
+        key = (f"training.freeze_epochs={training.freeze_epochs}" if training.freeze_epochs
+               else f"optimizer.layer_decay={decay}")
+        # a flat bucket mixes every layer's parameters: one slice, one rate, no frozen part
+        raise UserError(f"config {key} with training.zero={training.zero}: the sharded optimizer steps "
+                        "flat buckets of every layer at one rate; use training.zero=0")
+    if training.freeze_epochs and training.elastic:
+        raise UserError(f"config training.freeze_epochs={training.freeze_epochs} with training.elastic=true: "
+                        "the elastic loop does not switch the frozen layers at an epoch boundary yet; "
+                        "use one or the other")
+    if training.class_weights == "none":
+        return
+    if config.data.mixup_alpha or config.data.cutmix_alpha:
+        raise UserError("config training.class_weights=auto with data.mixup_alpha/cutmix_alpha: a mixed "
+                        "target has no single class to weigh; use one or the other")
+    if config.data.sampler == "balanced":
+        raise UserError("config training.class_weights=auto with data.sampler=balanced: both correct the "
+                        "same imbalance, together twice; use one or the other")
 
 
 def _validate_ema(training: TrainingConfig) -> None:

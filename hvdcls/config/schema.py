@@ -116,6 +116,10 @@ class OptimizerConfig:
     nesterov: bool = False  # sgd, lars
     weight_decay: float = 1e-4  # lars, lamb: not on biases and normalisation weights
     trust_coefficient: float = 0.001  # lars: eta, the trust ratio's scale (You et al. 2017)
+    # Layer-wise learning-rate decay for fine-tuning (BEiT's, timm's; hvdcls.finetune): the head
+    # trains at the scheduled rate, each block below it at `layer_decay` times the one above
+    # (e.g. 0.65; a ViT's encoder blocks, a ResNet's stages); None or 1.0: one rate for all.
+    layer_decay: Optional[float] = None
     lr_find: LRFindConfig = field(default_factory=LRFindConfig)
 
 
@@ -196,6 +200,12 @@ class TrainingConfig:
     amp_dtype: Literal["auto", "bfloat16", "float16"] = "auto"  # auto: bfloat16 on CPU, float16 on GPU
     grad_clip_norm: Optional[float] = None
     label_smoothing: float = 0.0
+    # The loss's class weights: none, or auto: n_samples / (n_classes x count) from the training
+    # split's labels, torch's CrossEntropyLoss(weight=...) in both backends (hvdcls.finetune).
+    class_weights: Literal["none", "auto"] = "none"
+    # Fine-tuning: the first N epochs train the classifier head alone, everything else frozen (no
+    # gradient, no optimizer update, no all-reduce; batch norm keeps training mode); then all.
+    freeze_epochs: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # torch: batches in NHWC memory (cuDNN's faster tensor-core kernels with AMP); tensorflow
     # accepts it and has nothing to do (Keras convolutions are NHWC already).

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 
 import numpy as np
 
-from hvdcls import status_file
+from hvdcls import finetune, status_file
 from hvdcls.backend import Backend, Context, Sums, add
 from hvdcls.config import Config
 from hvdcls.data.batches import EpochBatches, LoaderWait
@@ -163,12 +163,24 @@ def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seco
         wall_time=wall_time)
 
 
+def train_labels(data: Data) -> np.ndarray:
+    """Every training sample's class, in index order."""
+    train = data.train
+    return np.fromiter((train.label(i) for i in range(len(train))), np.int64, len(train))
+
+
 def sampler_weights(config: Config, data: Data) -> Optional[np.ndarray]:
     """data.sampler=balanced: each training sample's draw probability; None: shuffle."""
     if config.data.sampler != "balanced":
         return None
-    train = data.train
-    return class_balanced_weights(np.fromiter((train.label(i) for i in range(len(train))), np.int64, len(train)))
+    return class_balanced_weights(train_labels(data))
+
+
+def loss_class_weights(config: Config, data: Data) -> Optional[list[float]]:
+    """training.class_weights=auto: the loss's weight per class, from the training labels."""
+    if config.training.class_weights != "auto":
+        return None
+    return finetune.class_weights(train_labels(data), data.num_classes)
 
 
 def world_hosts(backend: Backend, ctx: Context) -> dict[str, int]:
@@ -242,6 +254,8 @@ class Trainer:
         """The run (or attempt) starts after `start_epoch` epochs whose records are `history`,
         on `hosts` (world_hosts) when gathered."""
         self.outputs.start(history)
+        if self.config.training.class_weights != "none":
+            self.backend.set_class_weights(loss_class_weights(self.config, self.data))
         self.monitor.start(RunInfo(self.ctx.backend, self.config.model.name, self.data.name,
                                    self.ctx.size, self.config.training.epochs,
                                    self.steps_per_epoch, start_epoch, hosts,
@@ -279,6 +293,8 @@ class Trainer:
     def train_epoch(self, epoch: int) -> tuple[Reduced, float, float, EpochTimes]:
         """One pass over this rank's shard; returns (reduced metrics, seconds, last lr, times)."""
         self.backend.seed(epoch_seed(self.config.training.seed, epoch, self.ctx.rank))
+        if self.config.training.freeze_epochs:  # fine-tuning: the head alone, then everything
+            self.backend.set_frozen(finetune.frozen_at(self.config.training.freeze_epochs, epoch))
         steps = self.steps_per_epoch
         times = EpochTimes(sent_before=sent_bytes(self.backend))
 

@@ -8,6 +8,12 @@ choice is then gathered from every rank: they must agree, and the summary keeps 
 model, the optimizer and the rest of the training state are snapshotted before the first
 step and restored after the last, so training starts from exactly the weights it would have
 started from without the test (the Backend contract's snapshot/restore).
+
+Fine-tuning (hvdcls.finetune): the sweep runs right after build, so it sweeps what the first
+epoch trains: with training.freeze_epochs > 0 the head alone (build leaves the model frozen),
+and under optimizer.layer_decay the head's rate, every block below at its multiple of it (the
+choice is the head's rate, as optimizer.lr is). Its loss is the training loss, class weights
+and all.
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ from hvdcls.data.sharding import TrainShards
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
 from hvdcls.training import lr_find
-from hvdcls.training.loop import grouped
+from hvdcls.training.loop import grouped, loss_class_weights
 from hvdcls.training.watchdog import IN_STEP, READING, Phases
 
 # The rate when the curve tells nothing (a flat sweep): the schema's default, 0.1 per 256.
@@ -88,6 +94,8 @@ def run(config: Config, backend: Backend, ctx: Context, data: Data,
     scale = lr_scale(config.optimizer, ctx.size, config.horovod.backward_passes_per_step,
                      config.training.batch_size)
     started = time.perf_counter()
+    if config.training.class_weights != "none":  # the loss training will minimise
+        backend.set_class_weights(loss_class_weights(config, data))
     saved = backend.snapshot()
     read = batches(config, backend, ctx, data)
     try:
