@@ -31,7 +31,7 @@ import zipfile
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Callable, ContextManager, Optional
+from typing import Callable, ContextManager, Optional, Sequence
 
 import horovod.tensorflow as hvd
 import keras
@@ -44,7 +44,7 @@ from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches
 from hvdcls.errors import UserError
 from hvdcls.horovod_backend import HorovodBackend
-from tf_backend import compiled, data, elastic, models, optimizers, recompute, sync_bn, zero
+from tf_backend import compiled, data, elastic, finetune, models, optimizers, recompute, sync_bn, zero
 from tf_backend.compression import PowerSGDReducer
 from tf_backend.weights import CHECKPOINT_FILE, load_initial_weights, refresh_normalization
 
@@ -66,20 +66,21 @@ def variable_bytes(variables) -> int:
     return sum(int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size for v in variables)
 
 
-def make_optimizer(config: Config) -> keras.optimizers.Optimizer:
+def make_optimizer(config: Config, scales: Optional[Sequence[float]] = None) -> keras.optimizers.Optimizer:
     """Same update rules as torch_backend: SGD and Adam take weight decay as L2 on the gradient
-    (added in train step), AdamW decouples it, LARS and LAMB apply their own (not to 1-D weights)."""
+    (added in train step), AdamW decouples it, LARS and LAMB apply their own (not to 1-D weights).
+    `scales`: each variable's rate multiplier (optimizer.layer_decay), in the order it is built on."""
     opt, lr = config.optimizer, worker_lr(config.optimizer, config.training.batch_size)
-    if opt.name == "sgd":
-        return keras.optimizers.SGD(lr, momentum=opt.momentum, nesterov=opt.nesterov)
-    if opt.name == "adam":
-        return keras.optimizers.Adam(lr, epsilon=1e-8)
-    if opt.name == "lars":
-        return optimizers.LARS(lr, momentum=opt.momentum, weight_decay=opt.weight_decay,
-                               trust_coefficient=opt.trust_coefficient, nesterov=opt.nesterov)
-    if opt.name == "lamb":
-        return optimizers.LAMB(lr, weight_decay=opt.weight_decay)
-    return keras.optimizers.AdamW(lr, weight_decay=opt.weight_decay, epsilon=1e-8)
+    kind, options = {
+        "sgd": (keras.optimizers.SGD, {"momentum": opt.momentum, "nesterov": opt.nesterov}),
+        "adam": (keras.optimizers.Adam, {"epsilon": 1e-8}),
+        "lars": (optimizers.LARS, {"momentum": opt.momentum, "weight_decay": opt.weight_decay,
+                                   "trust_coefficient": opt.trust_coefficient, "nesterov": opt.nesterov}),
+        "lamb": (optimizers.LAMB, {"weight_decay": opt.weight_decay}),
+    }.get(opt.name, (keras.optimizers.AdamW, {"weight_decay": opt.weight_decay, "epsilon": 1e-8}))
+    if scales is not None:
+        kind = finetune.with_layer_rates(kind, scales)
+    return kind(lr, **options)
 
 
 def amp_policy(config: Config, on_gpu: bool) -> str | None:
@@ -109,6 +110,7 @@ class TensorFlowBackend(HorovodBackend):
     name = "tensorflow"
     marks_allreduce_wait = True  # the watchdog's phases: `_backward_done` (read when traced)
     counter: powersgd.ByteCounter
+    class_weights: Optional[list[float]]  # training.class_weights (set_class_weights)
 
     def __init__(self):
         super().__init__(hvd, {"tensorflow": tf.__version__, "keras": keras.__version__})
@@ -154,7 +156,8 @@ class TensorFlowBackend(HorovodBackend):
                                                  training.zero, hv.compression == "fp16", self.l2, self.clip)
             self.optimizer = self.sharded.local
         else:
-            optimizer = make_optimizer(config)
+            optimizer = make_optimizer(config, finetune.variable_scales(self.model, config.model.name,
+                                                                        config.optimizer.layer_decay))
             self.optimizer = keras.optimizers.LossScaleOptimizer(optimizer) if self.loss_scaled else optimizer
             self.optimizer.build(self.model.trainable_variables)  # slots exist before any broadcast
         self.smoothing = training.label_smoothing
@@ -174,6 +177,9 @@ class TensorFlowBackend(HorovodBackend):
             self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
             self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
         self.ema = None
+        # fine-tuning: what the step differentiates (training.freeze_epochs), the loss's weights
+        self.trained, self.frozen, self.class_weights = list(self.model.trainable_variables), False, None
+        self.set_frozen(training.freeze_epochs > 0)  # frozen from the start: the range test's phase too
         self._compile_steps()
         if not training.elastic:  # elastic: the state's sync broadcasts instead
             self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
@@ -198,6 +204,23 @@ class TensorFlowBackend(HorovodBackend):
     def loader(self, batches: EpochBatches, workers: int):
         return data.loader(batches, workers)
 
+    def set_frozen(self, frozen: bool) -> None:
+        if frozen != self.frozen:  # a new trace: the tape's sources change
+            self.trained, self.frozen = finetune.trained_variables(self.model, frozen), frozen
+            self._compile_steps()
+
+    def set_class_weights(self, weights) -> None:
+        weights = None if weights is None else list(weights)
+        if weights != self.class_weights:  # a new trace: the loss changes
+            self.class_weights = weights
+            self._compile_steps()
+
+    def train_loss(self, labels, logits):
+        """The loss trained on: class-weighted (class indices only: the config refuses mixing)."""
+        if self.class_weights is None:
+            return self.loss(labels, logits)
+        return finetune.weighted_cross_entropy(labels, logits, self.class_weights, self.smoothing)
+
     def loss(self, labels, logits):
         """Mean cross-entropy, label smoothing as torch's CrossEntropyLoss does it; `labels`
         are class indices or mixed targets (N, classes) from mixup/cutmix."""
@@ -221,7 +244,7 @@ class TensorFlowBackend(HorovodBackend):
         """Logits, the mean loss, and what to differentiate: the loss times this rank's sample
         weight (training.balance; a tensor, so a new weight is no new trace), loss-scaled."""
         logits = self.model(images, training=True)
-        loss = self.loss(labels, logits)
+        loss = self.train_loss(labels, logits)
         objective = loss * weight
         return logits, loss, (self.optimizer.scale_loss(objective) if self.loss_scaled else objective)
 
@@ -233,7 +256,7 @@ class TensorFlowBackend(HorovodBackend):
         with tf.GradientTape() as tape:
             logits, loss, scaled = self._forward(images, labels, weight)
         if self.reducer is not None or self.timed_apart or self.sharded is not None:
-            grads = tape.gradient(scaled, tf_variables(self.model.trainable_variables))
+            grads = tape.gradient(scaled, tf_variables(self.trained))
             # The mark: the watchdog's phase, and the balancer's time (timed_apart).
             marks = [self._mark_backward_done(grads)] if self.marks_allreduce_wait or self.timed_apart else []
             if self.sharded is not None:  # Horovod: reduced, stepped and gathered by slices
@@ -248,7 +271,7 @@ class TensorFlowBackend(HorovodBackend):
             # Horovod: the tape all-reduces the gradients (fused, compressed) as it returns them.
             tape = hvd.DistributedGradientTape(tape, compression=self.compression, op=self.op)
             marks = self._marking(tape)
-            self._apply(tape.gradient(scaled, tf_variables(self.model.trainable_variables)))
+            self._apply(tape.gradient(scaled, tf_variables(self.trained)))
         # The mark's output joins the step's, or the function would prune it.
         return self.sums(loss, logits, labels, *marks)
 
@@ -286,15 +309,18 @@ class TensorFlowBackend(HorovodBackend):
         return np.zeros((), np.int32)
 
     def _powersgd(self, grads, warmup: bool):
-        """Horovod: PowerSGD averages the gradients; the error feedback is kept unscaled."""
+        """Horovod: PowerSGD averages the gradients; the error feedback is kept unscaled. Its
+        plans are the trainable variables'; a frozen one's gradient is None, and no part of it."""
         scale = self.optimizer.dynamic_scale.value if self.loss_scaled else 1.0
         assert self.reducer is not None
-        return self.reducer.reduce(grads, scale, warmup)
+        trained = {v.path: g for v, g in zip(self.trained, grads)}
+        every = [trained.get(v.path) for v in self.model.trainable_variables]
+        return [g for g in self.reducer.reduce(every, scale, warmup) if g is not None]
 
     def _local_grads_eager(self, images, labels, weight):
         with tf.GradientTape() as tape:
             logits, loss, scaled = self._forward(images, labels, weight)
-        grads = tape.gradient(scaled, tf_variables(self.model.trainable_variables))
+        grads = tape.gradient(scaled, tf_variables(self.trained))
         return grads, self.sums(loss, logits, labels)
 
     def _apply_accumulated_eager(self, grads, warmup: bool):
@@ -308,7 +334,7 @@ class TensorFlowBackend(HorovodBackend):
         self._apply(hvd.grouped_allreduce(grads, op=self.op, compression=self.compression))
 
     def _apply(self, grads) -> None:
-        variables = self.model.trainable_variables
+        variables = self.trained
         if self.l2:
             grads = [g + self.l2 * tf.cast(v.value, g.dtype) for g, v in zip(grads, variables)]
         if self.clip:

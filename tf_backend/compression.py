@@ -48,6 +48,14 @@ def nbytes(tensors: list) -> int:
     return sum(int(np.prod(t.shape)) * t.dtype.size for t in tensors)
 
 
+def placed(grads: list, indices: list[int], values: list) -> list:
+    """`grads` with grads[i] replaced by each value, in order."""
+    out = list(grads)
+    for i, value in zip(indices, values):
+        out[i] = value
+    return out
+
+
 class PowerSGDReducer:
     """Error feedback and warm-start Q per compressed gradient (tf.Variables); `step` counts
     reductions, in Python: warm-up and compressed steps are two traces of the step."""
@@ -75,29 +83,31 @@ class PowerSGDReducer:
 
     def reduce(self, grads: list, scale=1.0, warmup: bool = False) -> list:
         """The ranks' average of `grads`. `scale` is the loss scale they carry (mixed
-        precision): the error feedback is kept unscaled, so a new scale does not skew it."""
-        grads = [tf.convert_to_tensor(g) for g in grads]
-        if warmup:
-            self.traced_bytes[True] = nbytes(grads)
-            return self.exchange(grads, "powersgd.warmup")
-        dense = [grads[i] for i in self.dense]
-        averaged = self.exchange(dense, "powersgd.dense") if dense else []
-        compressed, sent = self._compress(grads, scale)
-        self.traced_bytes[False] = nbytes(dense) + sent
-        out = list(grads)
-        for i, value in zip(self.dense + self.compressed, averaged + compressed):
-            out[i] = value
-        return out
+        precision): the error feedback is kept unscaled, so a new scale does not skew it. A
+        None (a frozen variable's, training.freeze_epochs) takes no part and comes back None;
+        the bytes counted are the last trace's (a switch traces the step anew)."""
+        grads = [None if g is None else tf.convert_to_tensor(g) for g in grads]
+        if warmup:  # the plain average of every live gradient
+            live = [i for i, g in enumerate(grads) if g is not None]
+            self.traced_bytes[True] = nbytes([grads[i] for i in live])
+            return placed(grads, live, self.exchange([grads[i] for i in live], "powersgd.warmup"))
+        dense = [i for i in self.dense if grads[i] is not None]
+        averaged = self.exchange([grads[i] for i in dense], "powersgd.dense") if dense else []
+        compressed = [i for i in self.compressed if grads[i] is not None]
+        approximations, sent = self._compress(grads, compressed, scale)
+        self.traced_bytes[False] = nbytes([grads[i] for i in dense]) + sent
+        return placed(grads, dense + compressed, averaged + approximations)
 
-    def _compress(self, grads: list, scale) -> tuple[list, int]:
-        if not self.compressed:
+    def _compress(self, grads: list, indices: list[int], scale) -> tuple[list, int]:
+        """The ranks' rank-r approximation of each compressed gradient i in `indices`."""
+        if not indices:
             return [], 0
-        ms = [tf.reshape(grads[i], self.plans[i].dims) + self.errors[i] * scale for i in self.compressed]
-        ps, sent_p = self._allreduce([m @ self.qs[i] for m, i in zip(ms, self.compressed)], "powersgd.p")
+        ms = [tf.reshape(grads[i], self.plans[i].dims) + self.errors[i] * scale for i in indices]
+        ps, sent_p = self._allreduce([m @ self.qs[i] for m, i in zip(ms, indices)], "powersgd.p")
         ps = [orthogonalise(p) for p in ps]
         qs, sent_q = self._allreduce([tf.transpose(m) @ p for m, p in zip(ms, ps)], "powersgd.q")
         out = []
-        for i, m, p, q in zip(self.compressed, ms, ps, qs):
+        for i, m, p, q in zip(indices, ms, ps, qs):
             approx = p @ tf.transpose(q)
             # An overflowed fp16 step keeps the error and the warm start (a NaN Q would make
             # every later step NaN too)

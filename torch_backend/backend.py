@@ -27,7 +27,7 @@ from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.errors import UserError
 from hvdcls.horovod_backend import HorovodBackend, sleep_until_done, waits_asleep
-from torch_backend import compiled, data, elastic, models, optimizers, recompute, zero
+from torch_backend import compiled, data, elastic, finetune, models, optimizers, recompute, zero
 from torch_backend.compression import PowerSGDReducer, horovod_exchange
 from torch_backend.sync_bn import SyncBatchNorm
 from torch_backend.weights import CHECKPOINT_FILE, load_initial_weights
@@ -123,11 +123,14 @@ class TorchBackend(HorovodBackend):
         self.clip = config.training.grad_clip_norm
         self.adasum = hv.op == "adasum"
         self.dtype = amp_dtype(config, self.device)
-        self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=config.training.label_smoothing)
+        self.smoothing = config.training.label_smoothing
+        self.criterion = finetune.criterion(None, self.smoothing, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
         zero.refuse_what_breaks(config.training.zero, self.scaler.is_enabled())
         self.last_allreduce_wait: float | None = None
         self.params = [p for p in self.model.parameters() if p.requires_grad]
+        # optimizer.layer_decay: one param group per rate multiplier (hvdcls.finetune)
+        groups, self.lr_scales = finetune.parameter_groups(self.model, config.model.name, config.optimizer.layer_decay)
         shapes = [tuple(p.shape) for p in self.params]
         # horovod.wait: poll and nap (not Horovod's spin) while the all-reduces run
         dense_bytes = powersgd.dense_bytes(shapes)  # every gradient in float32
@@ -143,12 +146,12 @@ class TorchBackend(HorovodBackend):
         elif hv.compression == "powersgd":  # our own reduction after backward, then a plain step
             self.reducer = PowerSGDReducer(shapes, hv.powersgd, self.device,
                                            exchange=horovod_exchange(self.wait_asleep))
-            self.optimizer = make_optimizer(self.model.parameters(), config)
+            self.optimizer = make_optimizer(groups, config)
             self.counter = self.reducer.counter
         else:
             # Horovod: average (or Adasum) the gradients over ranks every N backward passes.
             self.optimizer = hvd.DistributedOptimizer(
-                make_optimizer(self.model.parameters(), config),
+                make_optimizer(groups, config),
                 named_parameters=self.model.named_parameters(),
                 compression=hvd.Compression.fp16 if hv.compression == "fp16" else hvd.Compression.none,
                 op=hvd.Adasum if hv.op == "adasum" else hvd.Average,
@@ -156,6 +159,10 @@ class TorchBackend(HorovodBackend):
             self.counter = powersgd.ByteCounter(dense_bytes)
             self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
         self.ema = None
+        # training.freeze_epochs: frozen from the start (the range test sweeps that phase), before
+        # the broadcast's first optimizer step, which then steps the head alone
+        self.freezer = finetune.Freezer(self.model, self.optimizer)
+        self.freezer.set(config.training.freeze_epochs > 0)
         if not config.training.elastic:  # elastic: the state's sync broadcasts instead
             self.broadcast_state()  # Horovod: every rank starts from rank 0's weights
         if config.training.ema_decay is not None:  # after the broadcast and its optimizer step
@@ -185,8 +192,8 @@ class TorchBackend(HorovodBackend):
 
     def train_step(self, micro_batches: list, lr: float, weight: float = 1.0) -> Sums:
         self.model.train()
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        for group, scale in zip(self.optimizer.param_groups, self.lr_scales):
+            group["lr"] = lr * scale
         self.optimizer.zero_grad()
         if self.sharded is not None:  # training.zero: each bucket's reduction starts in backward
             self.sharded.arm(len(micro_batches))
@@ -229,15 +236,16 @@ class TorchBackend(HorovodBackend):
         return total
 
     def _powersgd_step(self) -> None:
-        """Horovod: PowerSGD averages the gradients (blocking: nothing overlaps backward)."""
+        """Horovod: PowerSGD averages the gradients (blocking: nothing overlaps backward); a
+        frozen parameter's (None) takes no part."""
         for p in self.params:
-            if p.grad is None:  # an unused parameter still takes its part in the all-reduces
+            if p.grad is None and p.requires_grad:  # an unused parameter still takes its part
                 p.grad = torch.zeros_like(p)
         self.waiting_for_allreduce()
         started = time.perf_counter()
         scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
         assert self.reducer is not None
-        self.reducer.reduce_([p.grad for p in self.params if p.grad is not None], scale)
+        self.reducer.reduce_([p.grad if p.requires_grad else None for p in self.params], scale)
         self.last_allreduce_wait = time.perf_counter() - started
         self._unscale_and_clip()
         self.scaler.step(self.optimizer)
@@ -282,6 +290,12 @@ class TorchBackend(HorovodBackend):
             finally:
                 for name, t in live.items():
                     t.copy_(kept[name])
+
+    def set_frozen(self, frozen: bool) -> None:
+        self.freezer.set(frozen)
+
+    def set_class_weights(self, weights) -> None:
+        self.criterion = finetune.criterion(weights, self.smoothing, self.device)
 
     def float64_tensor(self, values: list[float]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.float64)
@@ -355,6 +369,7 @@ class TorchBackend(HorovodBackend):
         if self.sharded is not None:  # each rank its slices of rank 0's (loaded) state
             self.sharded.broadcast_state()
         else:
+            finetune.hold_state_like_root(self.optimizer)  # what rank 0 holds state for (a collective)
             hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)  # Horovod
         if self.ema is not None:  # Horovod: rank 0's EMA copy
             hvd.broadcast_parameters([(f"ema.{n}", t) for n, t in self.ema.items()], root_rank=0)

@@ -80,15 +80,19 @@ class PowerSGDReducer:
         self.step = 0
         self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
 
-    def reduce_(self, grads: list[torch.Tensor], scale: float = 1.0) -> None:
+    def reduce_(self, grads: list[Optional[torch.Tensor]], scale: float = 1.0) -> None:
         """Average `grads` over ranks in place. `scale` is the loss scale the gradients carry
-        (mixed precision): the error feedback is kept unscaled, so a new scale does not skew it."""
+        (mixed precision): the error feedback is kept unscaled, so a new scale does not skew it.
+        A None (a frozen parameter's, training.freeze_epochs) takes no part, and its error
+        feedback and warm start wait as they are."""
+        live = [i for i, g in enumerate(grads) if g is not None]
         if self.step < self.start_iter:  # warm-up: the plain average of everything
-            self.counter.add(self._average_(grads, range(len(grads)), "powersgd.warmup"))
+            self.counter.add(self._average_(grads, live, "powersgd.warmup"))
         else:
-            handle, sent = self._start(grads, self.dense, "powersgd.dense")
-            sent += self._compress_(grads, scale)
-            self._finish_(grads, self.dense, handle)
+            dense = [i for i in self.dense if grads[i] is not None]
+            handle, sent = self._start(grads, dense, "powersgd.dense")
+            sent += self._compress_(grads, [i for i in self.compressed if grads[i] is not None], scale)
+            self._finish_(grads, dense, handle)
             self.counter.add(sent)
         self.step += 1
 
@@ -106,17 +110,18 @@ class PowerSGDReducer:
         self._finish_(grads, list(indices), handle)
         return sent
 
-    def _compress_(self, grads: list[torch.Tensor], scale: float) -> int:
-        if not self.compressed:
+    def _compress_(self, grads: list, indices: list[int], scale: float) -> int:
+        """grads[i] <- the ranks' rank-r approximation of each compressed gradient i in `indices`."""
+        if not indices:
             return 0
         ms = [torch.add(grads[i].reshape(self.plans[i].dims), self.errors[i], alpha=scale, out=self.ms[i])
-              for i in self.compressed]
-        ps, sent_p = self._allreduce([skinny_product(self.qs[i], m) for m, i in zip(ms, self.compressed)],
+              for i in indices]
+        ps, sent_p = self._allreduce([skinny_product(self.qs[i], m) for m, i in zip(ms, indices)],
                                      "powersgd.p")
         for p in ps:
             orthogonalise_(p)
         qs, sent_q = self._allreduce([skinny_product(p, m.T) for m, p in zip(ms, ps)], "powersgd.q")
-        for i, m, p, q in zip(self.compressed, ms, ps, qs):
+        for i, m, p, q in zip(indices, ms, ps, qs):
             approx = self._write_approximation(grads[i], p, q)
             # An overflowed fp16 step is skipped: keep the error and the warm start, or a NaN Q
             # would make every later step NaN too. P Q^T is finite when P and Q are (float32
