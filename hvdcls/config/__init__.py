@@ -15,10 +15,10 @@ from typing import Any, Optional, Sequence, cast
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 
+from hvdcls import pretrained
 from hvdcls.config.checks import CHOICES, get, lr_setting, not_a_choice, validate  # noqa: F401 (get: API)
 from hvdcls.config.schema import *  # noqa: F403 (the schema's names, where they always were)
 from hvdcls.config.schema import SECTIONS, Config
-from hvdcls import pretrained
 from hvdcls.errors import UserError
 
 
