@@ -19,7 +19,8 @@ FRAMEWORK_PART = {"setup", "float64_tensor", "build", "loader", "train_step", "e
 CORE_CALLS = {"init", "build", "loader", "train_step", "eval_step", "allreduce_sum", "broadcast_object",
               "allgather_object", "seed", "sync_buffers", "save", "load", "broadcast_state", "weights",
               "elastic_state", "elastic_run", "allreduce_wait_seconds", "prepare_checkpoint",
-              "communication", "profiler", "memory", "snapshot", "restore", "share_cores"}
+              "communication", "profiler", "memory", "snapshot", "restore", "share_cores", "set_frozen",
+              "set_class_weights"}
 
 
 class FakeBinding(SimpleNamespace):
