@@ -16,8 +16,6 @@ says. Written into RUN_DIR (or --output-dir), each file whole or not at all:
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,16 +28,18 @@ from hvdcls.data import datasets, lmdb_store
 from hvdcls.data.bad_files import BadFileLog, CheckedSource, summarise
 from hvdcls.data.sources import Data, FileSource, scan_classes
 from hvdcls.errors import EXIT_OK, UserError
-from hvdcls.fileio import write_atomic, write_json_atomic
 from hvdcls.inference.contract import InferenceModel
 from hvdcls.inference.images import check_classes, eval_epoch, eval_preprocess
-from hvdcls.inference.metrics import RunningMetrics, worst_classes
 from hvdcls.inference.run import RunModel, open_run
+from hvdcls.observe.classification import (
+    CONFUSION_CSV,
+    CONFUSION_PNG,
+    EVALUATION_FILE,
+    RunningMetrics,
+    worst_classes,
+    write_outputs,
+)
 from hvdcls.training.run import bad_file_failures
-
-EVALUATION_FILE = "evaluation.json"
-CONFUSION_CSV = "confusion_matrix.csv"
-CONFUSION_PNG = "confusion_matrix.png"
 
 
 @dataclass
@@ -108,55 +108,6 @@ def measure(model: InferenceModel, data: Data, run: RunModel, batch_size: int, w
                                desc="evaluate", disable=None, leave=False):
         metrics.update(logits, labels)
     return metrics
-
-
-def write_outputs(output_dir: Path, result: dict) -> None:
-    """evaluation.json, confusion_matrix.csv and confusion_matrix.png into `output_dir`."""
-    names, confusion = result["class_names"], np.asarray(result["confusion_matrix"], np.int64)
-    write_json_atomic(output_dir / EVALUATION_FILE, result)
-    write_atomic(output_dir / CONFUSION_CSV, confusion_csv(confusion, names).encode())
-    title = f"top-1 {_percent(result['top1'])} on {result['count']} images ({result['weights']} weights)"
-    write_atomic(output_dir / CONFUSION_PNG, render_confusion(confusion, names, title))
-
-
-def confusion_csv(confusion: np.ndarray, names: list[str]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["true \\ predicted", *names])
-    writer.writerows([name, *map(int, row)] for name, row in zip(names, confusion))
-    return buffer.getvalue()
-
-
-# The heat map: cells of at least CELL_INCHES, so ~100 classes stay readable (a 15-inch square);
-# counts written in the cells up to COUNTED_CLASSES.
-CELL_INCHES, MIN_INCHES, DPI = 0.15, 5.0, 100
-COUNTED_CLASSES = 20
-
-
-def render_confusion(confusion: np.ndarray, names: list[str], title: str) -> bytes:
-    """confusion_matrix.png: each true class's row coloured by its share of that class (so a
-    rare class reads as clearly as a common one), class names on both axes."""
-    from matplotlib.figure import Figure
-
-    classes = len(names)
-    side = max(MIN_INCHES, CELL_INCHES * classes + 2.5)
-    font = min(10.0, max(4.0, 0.6 * 72 * side / (classes + 4)))
-    support = confusion.sum(axis=1, keepdims=True)
-    shares = np.divide(confusion, support, out=np.zeros(confusion.shape), where=support > 0)
-    figure = Figure(figsize=(side + 1.5, side), dpi=DPI, layout="constrained")
-    axis = figure.subplots()
-    image = axis.imshow(shares, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
-    figure.colorbar(image, ax=axis, shrink=0.8, label="share of the true class")
-    axis.set_xticks(range(classes), names, rotation=90, fontsize=font)
-    axis.set_yticks(range(classes), names, fontsize=font)
-    axis.set(xlabel="predicted class", ylabel="true class", title=title)
-    if classes <= COUNTED_CLASSES:
-        for (row, column), count in np.ndenumerate(confusion):
-            axis.text(column, row, str(count), ha="center", va="center", fontsize=font,
-                      color="white" if shares[row, column] > 0.5 else "black")
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
-    return buffer.getvalue()
 
 
 def summary(result: dict, run: RunModel, output_dir: Path) -> str:

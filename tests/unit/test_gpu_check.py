@@ -4,9 +4,8 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
-
 import gpu_check as gc
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tools" / "gpu_check.sh"
@@ -139,8 +138,11 @@ def run_script(env: dict, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("env, args, message", [
     ({"MODE": "tpu"}, (), "MODE must be gpu or cpu, not 'tpu'"),
-    ({"MODE": "cpu", "HOROVOD_BUILD": "maybe"}, (), "HOROVOD_BUILD must be build or reuse"),
+    ({"MODE": "cpu", "HOROVOD_BUILD": "maybe"}, (), "HOROVOD_BUILD must be build, nccl or reuse"),
     ({"MODE": "gpu", "HOROVOD_BUILD": "reuse"}, (), "the GPU mode always builds"),
+    ({"MODE": "gpu", "HOROVOD_BUILD": "nccl"}, (), "HOROVOD_BUILD=nccl is for MODE=cpu"),
+    ({"MODE": "cpu", "HOROVOD_BUILD": "nccl", "CARRY": "/nonexistent"}, (), "missing /nonexistent/horovod"),
+    ({"MODE": "cpu", "HOROVOD_BUILD": "reuse", "PREVIOUS": "/nonexistent"}, (), "holds no step records"),
     ({"MODE": "gpu", "CARRY": "/nonexistent"}, (), "missing /nonexistent/horovod-0.28.1.tar.gz"),
     ({"MODE": "cpu", "CARRY": "/nonexistent"}, (), "run tools/gpu_check.sh --prepare"),
     ({"MODE": "cpu", "PYTHON": "/no/python"}, (), "no Python '/no/python'"),
@@ -163,3 +165,76 @@ def test_gpu_mode_needs_the_carried_wheels_too(tmp_path):
     (carry / "omegaconf-2.4.0-py3-none-any.whl").write_bytes(b"")
     result = run_script({"MODE": "gpu", "CARRY": str(carry), "OUT": str(tmp_path / "out")})
     assert result.returncode == 2 and "missing the cffi wheel" in result.stderr
+
+
+def test_previous_and_out_must_differ(tmp_path):
+    """The second try writes a new OUT beside the first try's records, never over them."""
+    (tmp_path / "first").mkdir()
+    (tmp_path / "first" / "build.json").write_text("{}")
+    result = run_script({"MODE": "cpu", "HOROVOD_BUILD": "reuse", "PREVIOUS": str(tmp_path / "first"),
+                         "OUT": str(tmp_path / "first") + "/"})
+    assert result.returncode == 2 and "OUT and PREVIOUS are one directory" in result.stderr
+
+
+def test_a_second_try_carries_over_what_the_first_passed(tmp_path):
+    """PREVIOUS: a step the first try passed keeps its record, marked, and costs no seconds."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    record_all(good_work(tmp_path / "work"), first, rcs={"bench": 124})
+    assert gc.passed(first / "train.json") and not gc.passed(first / "bench.json")
+    assert not gc.passed(tmp_path / "missing.json")
+    second.mkdir()
+    for step in ("smoke", "train", "pipeline"):
+        gc.write_json(second / f"{step}.json", gc.carried_over(first / f"{step}.json"))
+    for step in ("build", "install", "bench"):
+        gc.write_json(second / f"{step}.json", gc.record(step, tmp_path / "work", "gpu", 0, 7.0, None,
+                                                         cpu_seconds=20.0))
+    summary = gc.summarize(second, "gpu", table=tmp_path / "table.md")
+    assert summary["ok"] and summary["seconds"] == 21.0  # this try's three steps only
+    assert summary["steps"]["train"]["previous"] and not summary["steps"]["bench"]["previous"]
+    assert summary["steps"]["bench"]["cpu_seconds"] == 20.0
+    table = (tmp_path / "table.md").read_text()
+    assert "val accuracy 0.9700" in table and "(first try) |" in table.split("| train |")[1].split("\n")[0]
+    assert not (second / "summary.md").exists()  # the table went where it was asked
+
+
+def wheel_with_info(directory: Path, size: int) -> Path:
+    directory.mkdir(parents=True)
+    wheel = directory / "horovod-0.28.1-cp312-cp312-linux_x86_64.whl"
+    wheel.write_bytes(b"w" * size)
+    write(directory / "build-info.json", {"build_seconds": 150.0, "inputs": {"horovod": "0.28.1",
+                                                                            "gpu_operations": "NCCL"}})
+    return wheel
+
+
+def test_a_built_wheel_goes_back_with_out_when_it_fits(tmp_path, monkeypatch):
+    out, work = tmp_path / "out", tmp_path / "work"
+    out.mkdir()
+    work.mkdir()
+    monkeypatch.setattr(gc, "RETURNED_FILE_LIMIT", 1000)
+    info = gc.built(work, wheel_with_info(tmp_path / "small", 1000), out)
+    assert info["wheel_in_out"] and (out / info["wheel"]).stat().st_size == 1000
+    assert read(work / "build.json")["build_seconds"] == 150.0
+    (out / info["wheel"]).unlink()
+    info = gc.built(work, wheel_with_info(tmp_path / "large", 1001), out)
+    assert info["wheel_in_out"] is False and not list(out.iterdir())
+    # The second try: the first try's wheel, its build record's numbers, nothing copied back.
+    first = tmp_path / "first"
+    first.mkdir()
+    write(first / "build.json", {"ok": True, "results": {"horovod": "0.28.1", "build_seconds": 150.0}})
+    info = gc.built(work, first / "x.whl", out, previous=first / "build.json")
+    assert info["reused"] == "first try" and info["build_seconds"] == 150.0 and not list(out.iterdir())
+    step = gc.record("build", work, "gpu", 0, 4.0, None)
+    assert gc.headline(step) == "Horovod 0.28.1, the first try's wheel"
+
+
+def test_a_cpu_run_of_the_nccl_build_must_have_nccl(tmp_path):
+    """HOROVOD_BUILD=nccl (the rehearsal): the CPU mode checks what the GPU mode would."""
+    work = good_work(tmp_path / "work")
+    write(work / "imports.json", {"modules": {"horovod": "0.28.1"}, "nccl_built": False})
+    assert gc.extract_install(work, "cpu")[1] == []
+    write(work / "build.json", {"horovod": "0.28.1", "inputs": {"gpu_operations": "NCCL"}})
+    assert gc.extract_install(work, "cpu")[1] == ["Horovod was built without NCCL"]
+
+
+def read(path: Path) -> dict:
+    return json.loads(path.read_text())

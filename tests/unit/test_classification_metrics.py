@@ -1,4 +1,4 @@
-"""hvdcls.inference.metrics against scikit-learn's definitions, on made-up labels and scores
+"""hvdcls.observe.classification against scikit-learn's definitions, on made-up labels and scores
 added batch by batch."""
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support, top_k_accuracy_score
 
-from hvdcls.inference.metrics import RunningMetrics, worst_classes
+from hvdcls.observe.classification import RunningMetrics, worst_classes
 
 
 def made_up(seed: int, samples: int, classes: int):
