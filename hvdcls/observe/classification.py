@@ -1,18 +1,29 @@
 """Classification metrics over batches, in numpy: top-1, top-k, per-class precision, recall,
-F1 and support, macro averages and the confusion matrix (rows: true class, columns: predicted).
+F1 and support, macro averages and the confusion matrix (rows: true class, columns: predicted),
+and the files that hold them: evaluation.json, confusion_matrix.csv and confusion_matrix.png.
+`hvdcls evaluate` writes them (hvdcls.inference.evaluate), and so does a training run from its
+last validation (hvdcls.training.loop) and `--eval-only`.
 
 Nothing per sample is kept: a running confusion matrix (C x C counts) and the top-k hit counts
 are enough for every number, so an evaluation of ImageNet holds no logits. The conventions are
 scikit-learn's (`precision_recall_fscore_support(..., zero_division=0)`, `confusion_matrix`,
-`top_k_accuracy_score`), which tests/unit/test_inference_metrics.py checks against.
+`top_k_accuracy_score`), which tests/unit/test_classification_metrics.py checks against.
 """
 from __future__ import annotations
 
+import csv
+import io
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
+from hvdcls.fileio import write_atomic, write_json_atomic
+
 TOP_K = 5  # the second accuracy reported besides top-1 (when there are more classes than that)
+EVALUATION_FILE = "evaluation.json"
+CONFUSION_CSV = "confusion_matrix.csv"
+CONFUSION_PNG = "confusion_matrix.png"
 
 
 class RunningMetrics:
@@ -28,6 +39,15 @@ class RunningMetrics:
     @property
     def count(self) -> int:
         return int(self.confusion.sum())
+
+    @classmethod
+    def from_counts(cls, confusion: np.ndarray, top_k_hits: Optional[int]) -> "RunningMetrics":
+        """Counts reduced elsewhere (training's validation, summed over the ranks): a C x C
+        confusion matrix and the top-k hits (None where top-k says nothing)."""
+        metrics = cls(len(confusion))
+        metrics.confusion = np.asarray(np.rint(confusion), np.int64).reshape(metrics.confusion.shape)
+        metrics.top_k_hits = int(round(top_k_hits or 0))
+        return metrics
 
     def update(self, scores: np.ndarray, labels: np.ndarray) -> None:
         """Add one batch: `scores` (N, C) logits or probabilities, `labels` (N,) class indices."""
@@ -98,3 +118,56 @@ def worst_classes(per_class_metrics: dict, how_many: int = 3) -> list[tuple[str,
     present = [item for item in per_class_metrics.items() if item[1]["support"] > 0]
     ranked = sorted(present, key=lambda item: (item[1]["f1"], item[0]))
     return [(name, values["f1"]) for name, values in ranked[:how_many]]
+
+
+def write_outputs(output_dir: Path, result: dict) -> None:
+    """evaluation.json, confusion_matrix.csv and confusion_matrix.png into `output_dir`."""
+    names, confusion = result["class_names"], np.asarray(result["confusion_matrix"], np.int64)
+    write_json_atomic(output_dir / EVALUATION_FILE, result)
+    write_atomic(output_dir / CONFUSION_CSV, confusion_csv(confusion, names).encode())
+    title = f"top-1 {_percent(result['top1'])} on {result['count']} images ({result['weights']} weights)"
+    write_atomic(output_dir / CONFUSION_PNG, render_confusion(confusion, names, title))
+
+
+def confusion_csv(confusion: np.ndarray, names: list[str]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["true \\ predicted", *names])
+    writer.writerows([name, *map(int, row)] for name, row in zip(names, confusion))
+    return buffer.getvalue()
+
+
+# The heat map: cells of at least CELL_INCHES, so ~100 classes stay readable (a 15-inch square);
+# counts written in the cells up to COUNTED_CLASSES.
+CELL_INCHES, MIN_INCHES, DPI = 0.15, 5.0, 100
+COUNTED_CLASSES = 20
+
+
+def render_confusion(confusion: np.ndarray, names: list[str], title: str) -> bytes:
+    """confusion_matrix.png: each true class's row coloured by its share of that class (so a
+    rare class reads as clearly as a common one), class names on both axes."""
+    from matplotlib.figure import Figure
+
+    classes = len(names)
+    side = max(MIN_INCHES, CELL_INCHES * classes + 2.5)
+    font = min(10.0, max(4.0, 0.6 * 72 * side / (classes + 4)))
+    support = confusion.sum(axis=1, keepdims=True)
+    shares = np.divide(confusion, support, out=np.zeros(confusion.shape), where=support > 0)
+    figure = Figure(figsize=(side + 1.5, side), dpi=DPI, layout="constrained")
+    axis = figure.subplots()
+    image = axis.imshow(shares, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
+    figure.colorbar(image, ax=axis, shrink=0.8, label="share of the true class")
+    axis.set_xticks(range(classes), names, rotation=90, fontsize=font)
+    axis.set_yticks(range(classes), names, fontsize=font)
+    axis.set(xlabel="predicted class", ylabel="true class", title=title)
+    if classes <= COUNTED_CLASSES:
+        for (row, column), count in np.ndenumerate(confusion):
+            axis.text(column, row, str(count), ha="center", va="center", fontsize=font,
+                      color="white" if shares[row, column] > 0.5 else "black")
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def _percent(share: Optional[float]) -> str:
+    return "-" if share is None else f"{100 * share:.2f}%"
