@@ -59,10 +59,24 @@ class Sums(NamedTuple):
     count: Any
 
 
-def add(total: Optional[Sums], step: Sums) -> Sums:
-    """Running sums in the framework's own dtypes (starting from the first step's, not 0.0:
-    TensorFlow will not add a Python float to an int32 tensor)."""
-    return step if total is None else Sums(*(a + b for a, b in zip(total, step)))
+class EvalSums(NamedTuple):
+    """A validation batch's sums: Sums' three, the top-5 hits and the confusion counts, so
+    that top-5 and the per-class figures are reduced over the ranks as exactly as accuracy."""
+
+    loss: Any
+    correct: Any
+    count: Any
+    top5: Any  # samples whose class is among the TOP_K highest logits
+    confusion: Any  # classes x classes counts, flat (true class x classes + predicted)
+
+
+TOP_K = 5  # hvdcls.observe.classification.TOP_K: top-5, reported with more classes than that
+
+
+def add(total, step):
+    """Running sums (Sums or EvalSums) in the framework's own dtypes (starting from the first
+    step's, not 0.0: TensorFlow will not add a Python float to an int32 tensor)."""
+    return step if total is None else type(step)(*(a + b for a, b in zip(total, step)))
 
 
 class Backend(abc.ABC):
@@ -94,8 +108,9 @@ class Backend(abc.ABC):
         ranks x b_i / B under training.balance, making the average the global batch's mean."""
 
     @abc.abstractmethod
-    def eval_step(self, batch) -> Sums:
-        """Loss and correct predictions of one batch, in inference mode."""
+    def eval_step(self, batch) -> EvalSums:
+        """Loss, correct predictions, top-5 hits and confusion counts of one batch, in
+        inference mode (the counts on the host: the loop reduces them once per evaluation)."""
 
     @abc.abstractmethod
     def allreduce_sum(self, values: list[float], name: str) -> list[float]:

@@ -39,7 +39,7 @@ import numpy as np
 import tensorflow as tf
 
 from hvdcls import fileio, powersgd
-from hvdcls.backend import LazyArrays, Sums, add
+from hvdcls.backend import TOP_K, EvalSums, LazyArrays, Sums, add
 from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches
 from hvdcls.errors import UserError
@@ -382,10 +382,17 @@ class TensorFlowBackend(HorovodBackend):
     def _eval_eager(self, images, labels):
         logits = tf.cast(self.model(images, training=False), tf.float32)
         loss = tf.reduce_sum(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
-        correct = tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == labels, tf.int32))
-        return Sums(loss, correct, tf.shape(labels)[0])
+        predicted = tf.argmax(logits, 1)
+        correct = tf.reduce_sum(tf.cast(predicted == labels, tf.int32))
+        classes = tf.shape(logits)[1]
+        in_top = tf.math.in_top_k(tf.cast(labels, tf.int32), logits, tf.minimum(TOP_K, classes))
+        top5 = tf.reduce_sum(tf.cast(in_top, tf.int32))
+        cells = tf.cast(labels, tf.int32) * classes + tf.cast(predicted, tf.int32)
+        confusion = tf.math.bincount(cells, minlength=classes * classes, maxlength=classes * classes,
+                                     dtype=tf.int32)
+        return EvalSums(loss, correct, tf.shape(labels)[0], top5, confusion)
 
-    def eval_step(self, batch) -> Sums:
+    def eval_step(self, batch) -> EvalSums:
         return self._eval(*batch)
 
     def ema_sources(self) -> list:

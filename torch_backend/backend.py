@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from hvdcls import fileio, powersgd
-from hvdcls.backend import LazyArrays, Sums, add
+from hvdcls.backend import TOP_K, EvalSums, LazyArrays, Sums, add
 from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.errors import UserError
@@ -259,13 +259,16 @@ class TorchBackend(HorovodBackend):
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
 
     @torch.inference_mode()
-    def eval_step(self, batch) -> Sums:
+    def eval_step(self, batch) -> EvalSums:
         self.model.eval()
         images, labels = self.to_device(batch[0]), batch[1].to(self.device)
         with self.autocast():
             logits = self.model(images)
         loss = F.cross_entropy(logits.float(), labels, reduction="sum")
-        return Sums(loss, (logits.argmax(1) == labels).sum(), len(labels))
+        classes, predicted = logits.shape[1], logits.argmax(1)
+        top5 = (logits.topk(min(TOP_K, classes), 1).indices == labels[:, None]).any(1).sum()
+        confusion = torch.bincount(labels * classes + predicted, minlength=classes * classes).cpu()
+        return EvalSums(loss, (predicted == labels).sum(), len(labels), top5, confusion)
 
     def ema_sources(self) -> dict[str, torch.Tensor]:
         """The model's floating state entries by name (views of the live tensors)."""

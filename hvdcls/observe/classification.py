@@ -41,7 +41,7 @@ class RunningMetrics:
         return int(self.confusion.sum())
 
     @classmethod
-    def from_counts(cls, confusion: np.ndarray, top_k_hits: Optional[int]) -> "RunningMetrics":
+    def from_counts(cls, confusion, top_k_hits: Optional[float]) -> "RunningMetrics":
         """Counts reduced elsewhere (training's validation, summed over the ranks): a C x C
         confusion matrix and the top-k hits (None where top-k says nothing)."""
         metrics = cls(len(confusion))
@@ -125,6 +125,8 @@ def write_outputs(output_dir: Path, result: dict) -> None:
     names, confusion = result["class_names"], np.asarray(result["confusion_matrix"], np.int64)
     write_json_atomic(output_dir / EVALUATION_FILE, result)
     write_atomic(output_dir / CONFUSION_CSV, confusion_csv(confusion, names).encode())
+    if len(names) > PLOTTED_CLASSES:  # a heat map of 1,000 classes is 15,000 pixels a side
+        return
     title = f"top-1 {_percent(result['top1'])} on {result['count']} images ({result['weights']} weights)"
     write_atomic(output_dir / CONFUSION_PNG, render_confusion(confusion, names, title))
 
@@ -141,32 +143,54 @@ def confusion_csv(confusion: np.ndarray, names: list[str]) -> str:
 # counts written in the cells up to COUNTED_CLASSES.
 CELL_INCHES, MIN_INCHES, DPI = 0.15, 5.0, 100
 COUNTED_CLASSES = 20
+PLOTTED_CLASSES = 200  # beyond it, no PNG (the CSV and JSON hold the matrix)
+
+
+def class_shares(confusion: np.ndarray) -> np.ndarray:
+    """Each true class's row as shares of that class (a rare class reads as clearly as a common one)."""
+    support = confusion.sum(axis=1, keepdims=True)
+    return np.divide(confusion, support, out=np.zeros(confusion.shape), where=support > 0)
+
+
+def draw_confusion(figure, axis, confusion: np.ndarray, names: list[str], font: float) -> None:
+    """The heat map on `axis`: rows coloured by class_shares, class names on both axes, the
+    counts in the cells up to COUNTED_CLASSES."""
+    classes, shares = len(names), class_shares(confusion)
+    image = axis.imshow(shares, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
+    figure.colorbar(image, ax=axis, shrink=0.8, label="share of the true class")
+    axis.set_xticks(range(classes), names, rotation=90, fontsize=font)
+    axis.set_yticks(range(classes), names, fontsize=font)
+    axis.set(xlabel="predicted class", ylabel="true class")
+    if classes <= COUNTED_CLASSES:
+        for (row, column), count in np.ndenumerate(confusion):
+            axis.text(column, row, str(count), ha="center", va="center", fontsize=font,
+                      color="white" if shares[row, column] > 0.5 else "black")
 
 
 def render_confusion(confusion: np.ndarray, names: list[str], title: str) -> bytes:
-    """confusion_matrix.png: each true class's row coloured by its share of that class (so a
-    rare class reads as clearly as a common one), class names on both axes."""
+    """confusion_matrix.png: draw_confusion's heat map, sized so ~100 classes stay readable."""
     from matplotlib.figure import Figure
 
     classes = len(names)
     side = max(MIN_INCHES, CELL_INCHES * classes + 2.5)
     font = min(10.0, max(4.0, 0.6 * 72 * side / (classes + 4)))
-    support = confusion.sum(axis=1, keepdims=True)
-    shares = np.divide(confusion, support, out=np.zeros(confusion.shape), where=support > 0)
     figure = Figure(figsize=(side + 1.5, side), dpi=DPI, layout="constrained")
     axis = figure.subplots()
-    image = axis.imshow(shares, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
-    figure.colorbar(image, ax=axis, shrink=0.8, label="share of the true class")
-    axis.set_xticks(range(classes), names, rotation=90, fontsize=font)
-    axis.set_yticks(range(classes), names, fontsize=font)
-    axis.set(xlabel="predicted class", ylabel="true class", title=title)
-    if classes <= COUNTED_CLASSES:
-        for (row, column), count in np.ndenumerate(confusion):
-            axis.text(column, row, str(count), ha="center", va="center", fontsize=font,
-                      color="white" if shares[row, column] > 0.5 else "black")
+    draw_confusion(figure, axis, confusion, names, font)
+    axis.set_title(title)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
     return buffer.getvalue()
+
+
+def read_evaluation(run_dir: Path) -> Optional[dict]:
+    """RUN_DIR/evaluation.json, or None where there is none (or it cannot be read)."""
+    import json
+
+    try:
+        return json.loads((Path(run_dir) / EVALUATION_FILE).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _percent(share: Optional[float]) -> str:

@@ -86,6 +86,9 @@ class EpochRecord:
     # rank 0's Unix time once the epoch's evaluation ended (time to a target accuracy is read
     # from it against the launch's start: hvdcls.bench.to_target); None in older records
     wall_time: Optional[float] = None
+    # the share of validation images whose class is among the 5 highest logits; None with 5
+    # classes or fewer (it would always be 1) and in older records
+    val_top5: Optional[float] = None
 
     def as_dict(self) -> dict:
         return asdict(self)

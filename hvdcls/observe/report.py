@@ -18,15 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
+
 from hvdcls import tables
 from hvdcls.errors import UserError
 from hvdcls.fileio import read_jsonl, write_atomic
+from hvdcls.observe import classification
 from hvdcls.observe.monitor import Sink
 
 REPORT_FILE = "report.png"
 RUN_REPORT_TIMELINE_LIMIT = 256 << 20  # larger timelines: `hvdcls report` or `hvdcls timeline`
 FIGURE_INCHES, DPI = (11.0, 7.5), 100
-BALANCED_FIGURE_INCHES = (11.0, 10.5)  # a third row: the balancing plan
+ROW_INCHES = 3.0  # each row past two: the balancing plan, the last validation's confusion matrix
+CONFUSION_CLASSES = 50  # report.png shows the confusion matrix up to this many classes
 NOT_MEASURED = ("all-reduce wait not separable in this backend:\n"
                 "run with horovod.timeline=PATH, then hvdcls timeline PATH")
 
@@ -93,8 +97,8 @@ def series(run: Run, key: str) -> list[float]:
 def _new_figure(rows: int = 2):
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=FIGURE_INCHES if rows == 2 else BALANCED_FIGURE_INCHES, dpi=DPI,
-                    layout="constrained")
+    width, height = FIGURE_INCHES
+    figure = Figure(figsize=(width, height + ROW_INCHES * (rows - 2)), dpi=DPI, layout="constrained")
     return figure, figure.subplots(rows, 2)
 
 
@@ -146,7 +150,10 @@ def draw_time_shares(axis, run: Run) -> None:
 
 def render_run(run: Run) -> bytes:
     balanced = balance_plans(run)
-    figure, axes = _new_figure(3 if balanced else 2)
+    evaluation = classification.read_evaluation(run.directory)
+    if evaluation is not None and len(evaluation.get("class_names", [])) > CONFUSION_CLASSES:
+        evaluation = None
+    figure, axes = _new_figure(2 + bool(balanced) + bool(evaluation))
     (loss, accuracy), (speed, shares) = axes[0], axes[1]
     draw_curves((loss, accuracy), run)
     loss.legend()
@@ -157,10 +164,26 @@ def render_run(run: Run) -> bytes:
     whole_epochs(loss, accuracy, speed, shares)
     if balanced:
         draw_balance(axes[2], balanced, float(run.history[-1]["epoch"]))
+    if evaluation:
+        draw_evaluation(figure, axes[-1], evaluation)
     last = run.history[-1]
     figure.suptitle(f"{run.directory.name}: {run.label}, epoch {last['epoch']}, "
                     f"val accuracy {last['val_accuracy']:.4f}")
     return _png(figure)
+
+
+def draw_evaluation(figure, axes, evaluation: dict) -> None:
+    """The last validation (evaluation.json): its confusion matrix, and F1 by class."""
+    matrix, f1 = axes
+    names = evaluation["class_names"]
+    font = 8.0 if len(names) <= 20 else 5.0
+    classification.draw_confusion(figure, matrix, np.asarray(evaluation["confusion_matrix"]), names, font)
+    matrix.set_title(f"confusion matrix, epoch {evaluation.get('epoch', '?')} ({evaluation['weights']} weights)")
+    scores = [evaluation["per_class"][name]["f1"] for name in names]
+    f1.bar(range(len(names)), scores, color="#756bb1")
+    f1.set_xticks(range(len(names)), names, rotation=90, fontsize=font)
+    top5 = evaluation.get("top5")
+    f1.set(title="F1 by class" + (f" (top-5 {100 * top5:.1f} %)" if top5 is not None else ""), ylim=(0, 1.02))
 
 
 @dataclass(frozen=True)

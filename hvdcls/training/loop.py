@@ -19,13 +19,14 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 import numpy as np
 
 from hvdcls import finetune, status_file
-from hvdcls.backend import Backend, Context, Sums, add
+from hvdcls.backend import TOP_K, Backend, Context, EvalSums, Sums, add
 from hvdcls.config import Config
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.data.mixing import BatchMix
 from hvdcls.data.sharding import BalancedShards, ElasticShards, TrainShards, class_balanced_weights, eval_batches
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
+from hvdcls.observe.classification import RunningMetrics, write_outputs
 from hvdcls.observe.monitor import EpochRecord, LossReads, Monitor, RunInfo, StepSample
 from hvdcls.training import balance, checkpoint, ema, faults, schedule
 from hvdcls.training.outputs import RunOutputs
@@ -62,16 +63,35 @@ def as_floats(total: Optional[Sums]) -> list[float]:
     return [0.0, 0.0, 0.0] if total is None else [float(v) for v in total]
 
 
+def eval_floats(total, classes: int) -> list[float]:
+    """A validation's sums as floats for the all-reduce: loss, correct, count, top-5 hits, then
+    the classes x classes confusion counts (zeros for a rank that had no batch; a backend
+    whose eval_step gives plain Sums gives no counts)."""
+    if total is None:
+        return [0.0] * (4 + classes * classes)
+    if not isinstance(total, EvalSums):
+        return as_floats(total)
+    counts = np.asarray(total.confusion, np.float64).ravel()
+    return [float(total.loss), float(total.correct), float(total.count), float(total.top5), *counts]
+
+
 @dataclass
 class Reduced:
     loss: float
     accuracy: float
     count: int
+    top5: Optional[float] = None  # None: no more classes than TOP_K (or no counts)
+    confusion: Optional[np.ndarray] = None  # classes x classes, summed over ranks
 
     @classmethod
     def from_sums(cls, sums: list[float]) -> "Reduced":
-        loss, correct, count = sums
-        return cls(loss / max(count, 1), correct / max(count, 1), int(round(count)))
+        loss, correct, count = sums[:3]
+        reduced = cls(loss / max(count, 1), correct / max(count, 1), int(round(count)))
+        classes = int(round((len(sums) - 4) ** 0.5)) if len(sums) > 3 else 0
+        if classes:
+            reduced.confusion = np.rint(np.asarray(sums[4:])).astype(np.int64).reshape(classes, classes)
+            reduced.top5 = sums[3] / max(count, 1) if classes > TOP_K else None
+        return reduced
 
 
 class TimedStep(NamedTuple):
@@ -157,7 +177,7 @@ def epoch_record(epoch: int, train: Reduced, val: Reduced, lr: float, train_seco
         step_seconds=times.step, allreduce_wait_seconds=times.allreduce,
         allreduce_share=allreduce_share, allreduce_bytes_per_step=times.bytes_per_step,
         ema_val_loss=ema_val.loss if ema_val else None,
-        ema_val_accuracy=ema_val.accuracy if ema_val else None,
+        ema_val_accuracy=ema_val.accuracy if ema_val else None, val_top5=val.top5,
         balance_batches=None if plan is None else list(plan.batches),
         balance_speeds=None if plan is None or plan.speeds is None else [round(v, 3) for v in plan.speeds],
         wall_time=wall_time)
@@ -426,6 +446,9 @@ class Trainer:
         self.monitor.epoch(record, self.outputs.history)
         epochs = self.config.training.epochs
         # the epoch that meets the target is the run's last: saved like the last one
+        last = epoch + 1 == epochs or self.reached_target(record)
+        if last:  # the weights evaluation uses: the EMA's when kept
+            self.write_evaluation(ema_val or val, "ema" if ema_val else "model", epoch + 1)
         if checkpoint.due(epoch + 1, epochs, self.config.output.checkpoint_every) or self.reached_target(record):
             self.save(epoch + 1)
         return record
@@ -441,7 +464,21 @@ class Trainer:
             total = add(total, self.backend.eval_step(batch))
             self.phases.beat()
         self.phases.enter(EPOCH_COLLECTIVES)
-        return Reduced.from_sums(self.backend.allreduce_sum(as_floats(total), "val_metrics"))
+        sums = eval_floats(total, self.data.num_classes)
+        return Reduced.from_sums(self.backend.allreduce_sum(sums, "val_metrics"))
+
+    def write_evaluation(self, val: Reduced, weights: str, epoch: int, extra: Optional[dict] = None) -> None:
+        """Rank 0: the run's last validation as evaluation.json, confusion_matrix.csv and .png
+        (what `hvdcls evaluate RUN_DIR` writes, here from the training's own sharded pass)."""
+        if not self.ctx.is_main or val.confusion is None:
+            return
+        hits = None if val.top5 is None else val.top5 * val.count
+        result = RunningMetrics.from_counts(val.confusion, hits).result(self.data.classes)
+        result.update(class_names=self.data.classes, weights=weights, epoch=epoch, val_loss=val.loss,
+                      data={"split": self.data.description.get("val_from", "val"), "images": val.count,
+                            "format": self.data.name, "path": self.data.description.get("path")})
+        result.update(extra or {})
+        write_outputs(self.outputs.run_dir, result)
 
     def make_profiler(self, start_epoch: int) -> Optional[StepProfiler]:
         """Rank 0 profiles training.profile_steps steps of this run's first epoch."""

@@ -3,7 +3,8 @@
     RUN_DIR/metrics.jsonl   one JSON object per epoch
     RUN_DIR/summary.json    the result, versions and the resolved config
     RUN_DIR/config.yaml     the resolved config, to rerun with --config
-    RUN_DIR/eval.json       what --eval-only measured
+    RUN_DIR/evaluation.json the last validation in full (hvdcls.observe.classification);
+                            --eval-only and `hvdcls evaluate` write it too
     RUN_DIR/checkpoints/    see hvdcls.training.checkpoint
 
 Every file is written to a temporary name and renamed, so readers never see half a file.
@@ -20,7 +21,6 @@ from hvdcls.fileio import write_atomic, write_json_atomic
 from hvdcls.observe.monitor import EpochRecord
 
 METRICS_FILE, SUMMARY_FILE, CONFIG_FILE = "metrics.jsonl", "summary.json", "config.yaml"
-EVAL_FILE = "eval.json"  # written by --eval-only
 
 
 def default_run_dir(backend: str, now: Optional[float] = None) -> Path:

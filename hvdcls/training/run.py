@@ -28,10 +28,11 @@ from hvdcls.backend import Backend, Context, share_cores, weights_digest
 from hvdcls.data import bad_files, datasets
 from hvdcls.data.sources import Data
 from hvdcls.errors import JobStopped, UserError
+from hvdcls.observe.classification import EVALUATION_FILE
 from hvdcls.observe.monitor import EpochRecord, Monitor, Sink
 from hvdcls.training import balance, checkpoint, elastic, lr_sweep, memory, watchdog
 from hvdcls.training.loop import Trainer
-from hvdcls.training.outputs import EVAL_FILE, RunOutputs, default_run_dir
+from hvdcls.training.outputs import RunOutputs, default_run_dir
 
 
 def on_main_then_share(backend: Backend, ctx: Context, work: Callable[[], object], name: str,
@@ -485,13 +486,16 @@ def rank_weight_digests(backend: Backend) -> list[str]:
 
 def evaluate_only(trainer: Trainer, backend: Backend, ctx: Context,
                   resumed: checkpoint.Resumed, outputs: RunOutputs) -> dict:
+    """--eval-only: the checkpoint's model weights over the validation split, sharded over the
+    ranks and reduced exactly; evaluation.json as `hvdcls evaluate` writes it, with the launch's
+    own keys (backend, world_size, checkpoint, epoch, val_loss, val_accuracy, val_images)."""
     val = trainer.evaluate()
     result = {"backend": ctx.backend, "world_size": ctx.size, "checkpoint": str(resumed.directory),
               "epoch": resumed.state["epoch"], "val_loss": val.loss, "val_accuracy": val.accuracy,
               "val_images": val.count}
-    outputs.write_json(EVAL_FILE, result)
+    trainer.write_evaluation(val, "model", resumed.state["epoch"], result)
     outputs.say(f"evaluated {resumed.directory}: val loss {val.loss:.4f} acc {val.accuracy:.4f} "
-                f"on {val.count} images ({ctx.size} process(es))")
+                f"on {val.count} images ({ctx.size} process(es)) -> {outputs.run_dir / EVALUATION_FILE}")
     return result
 
 

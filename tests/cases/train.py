@@ -127,9 +127,14 @@ def test_two_digits_epochs_learn_something(run):
 def test_eval_only_reproduces_the_final_validation(backend, run):
     before = {name: (run / name).read_bytes() for name in ("summary.json", "metrics.jsonl")}
     ok(hvdcls_train(run.parent, backend, "--epochs", 2, "--eval-only", "--resume", run))
-    evaluated, summary = read_json(run / "eval.json"), read_json(run / "summary.json")
+    evaluated, summary = read_json(run / "evaluation.json"), read_json(run / "summary.json")
     assert evaluated["backend"] == backend and evaluated["epoch"] == 2
-    assert evaluated["val_accuracy"] == summary["val_accuracy"]
+    assert evaluated["val_accuracy"] == summary["val_accuracy"] == evaluated["top1"]
+    # the full report: per-class figures and a confusion matrix whose diagonal is the accuracy
+    matrix = evaluated["confusion_matrix"]
+    assert sum(map(sum, matrix)) == evaluated["val_images"] == summary["data"]["val"]
+    assert sum(matrix[i][i] for i in range(len(matrix))) / evaluated["val_images"] == evaluated["top1"]
+    assert len(evaluated["per_class"]) == summary["num_classes"] and evaluated["weights"] == "model"
     assert abs(evaluated["val_loss"] - summary["val_loss"]) <= 1e-6
     assert {name: (run / name).read_bytes() for name in before} == before  # evaluation only
 
@@ -174,10 +179,11 @@ def test_clipping_accumulation_and_adamw_train_one_epoch(backend, tmp_path):
 
 def test_resume_with_the_other_backend_is_one_line_exit_2(backend, tmp_path):
     ok(hvdcls_train(tmp_path, backend, *ONE_EPOCH, "--output-dir", tmp_path / "run"))
+    evaluation = (tmp_path / "run" / "evaluation.json").read_bytes()  # the run's last validation
     line = one_line_user_error(hvdcls_train(tmp_path, other(backend), *ONE_EPOCH,
                                             "--resume", tmp_path / "run"))
     assert repr(backend) in line and repr(other(backend)) in line
-    assert not (tmp_path / "run" / "eval.json").exists()
+    assert (tmp_path / "run" / "evaluation.json").read_bytes() == evaluation
     assert [m["epoch"] for m in read_metrics(tmp_path / "run")] == [1]  # left as it was
 
 
@@ -247,7 +253,7 @@ def test_kill_while_writing_a_checkpoint_then_resume(backend, run, tmp_path):
     assert checkpoint.list_checkpoints(out / "checkpoints") == [out / "checkpoints" / "epoch-0001"]
     epoch_1 = read_metrics(out)[0]
     ok(hvdcls_train(tmp_path, backend, "--epochs", 2, "--eval-only", "--resume", out))
-    evaluated = read_json(out / "eval.json")
+    evaluated = read_json(out / "evaluation.json")
     assert evaluated["epoch"] == 1 and evaluated["val_accuracy"] == epoch_1["val_accuracy"]
     # --lr auto on the resume: it trains on at the rate checkpoint 1 recorded (the config's),
     # so it still ends as the uninterrupted run did, and runs no range test

@@ -75,8 +75,13 @@ def test_reduced_validation_equals_one_process(digits_run, tmp_path):
     summary = read_json(out / "summary.json")
     alone = tmp_path / "alone"
     train("plain", 1, backend, alone, "--eval-only", "--resume", str(out))
-    result = read_json(alone / "eval.json")
+    result = read_json(alone / "evaluation.json")
     assert result["world_size"] == 1 and result["val_images"] == summary["data"]["val"]
+    # the training's own last validation (2 ranks, its counts summed) is the same report
+    trained = read_json(out / "evaluation.json")
+    assert trained["weights"] == "model" and trained["epoch"] == 12
+    assert trained["confusion_matrix"] == result["confusion_matrix"] and trained["top5"] == result["top5"]
+    assert read_metrics(out)[-1]["val_top5"] == trained["top5"] >= trained["top1"] == summary["val_accuracy"]
     assert result["val_accuracy"] == summary["val_accuracy"]
     assert result["val_loss"] == pytest.approx(summary["val_loss"], rel=1e-5)
 

@@ -125,3 +125,22 @@ def test_the_balancing_plan_is_drawn_per_rank(tmp_path):
     assert speeds["rank 1"] == ([0.6, 1.4], [100.0, 130.0])  # the equal start was not measured
 
     assert png_size(report.render_run(running)) == (1100, 1050)  # a third row (plain: 1100 x 750)
+
+
+def test_the_last_validations_confusion_matrix_joins_the_report(tmp_path):
+    """A run that wrote evaluation.json (its last validation) gets a row more: the matrix and
+    F1 by class; one of more classes than the report shows keeps the plain figure."""
+    from hvdcls.observe.classification import RunningMetrics, write_outputs
+
+    run = make_run(tmp_path / "run", "torch")
+    metrics = RunningMetrics.from_counts([[3, 1, 0], [0, 4, 0], [1, 0, 2]], None)
+    names = ["cat", "dog", "fox"]
+    write_outputs(run, {**metrics.result(names), "class_names": names, "weights": "ema", "epoch": 3})
+    width, height = png_size(report.render_run(report.load_run(run)))
+    assert (width, height) == (int(report.FIGURE_INCHES[0] * report.DPI),
+                               int((report.FIGURE_INCHES[1] + report.ROW_INCHES) * report.DPI))
+    assert (run / "confusion_matrix.csv").read_text().splitlines()[1] == "cat,3,1,0"
+    many = [f"c{i}" for i in range(report.CONFUSION_CLASSES + 1)]
+    big = RunningMetrics(len(many))
+    write_outputs(run, {**big.result(many), "class_names": many, "weights": "model"})
+    assert png_size(report.render_run(report.load_run(run)))[1] == int(report.FIGURE_INCHES[1] * report.DPI)
