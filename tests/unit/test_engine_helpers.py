@@ -92,7 +92,7 @@ RECORD_KEYS = {"epoch", "train_loss", "train_accuracy", "val_loss", "val_accurac
                "world_size", "steps", "data_wait_seconds", "data_wait_share", "step_seconds",
                "allreduce_wait_seconds", "allreduce_share", "allreduce_bytes_per_step",
                "ema_val_loss", "ema_val_accuracy",
-               "balance_batches", "balance_speeds", "wall_time"}
+               "balance_batches", "balance_speeds", "wall_time", "val_top5"}
 
 
 def test_epoch_record_is_the_metrics_line():
