@@ -2,7 +2,10 @@
 small probes run inside the step environment.
 
     python tools/gpu_check.py record STEP --out OUT --work WORK --mode gpu --rc 0 --seconds 12.3 --log L
-    python tools/gpu_check.py summarize --out OUT --mode gpu     # OUT/summary.json + summary.md
+    python tools/gpu_check.py record STEP --out OUT --work WORK --mode gpu --previous FIRST/STEP.json
+    python tools/gpu_check.py summarize --out OUT --mode gpu [--table F]  # summary.json (+ .md)
+    python tools/gpu_check.py passed FIRST/STEP.json             # exit 0 when that step was ok
+    python tools/gpu_check.py built --work WORK [--wheel W --out OUT [--previous FIRST/build.json]]
     python tools/gpu_check.py imports --out F                    # what the step environment imports
     python tools/gpu_check.py probe --device cuda --out F        # one Horovod all-reduce on the device
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -25,6 +29,7 @@ ACCURACY_BAR = 0.95  # the digits demo's bar
 HVDCLS_VS_TORCH_TARGET = 0.97  # issue 15: hvdcls's step >= 0.97x the plain torch loop
 A100_RESNET50_AMP = 2470.0  # NVIDIA DeepLearningExamples, PyTorch ResNet-50 AMP, one A100 (img/s)
 LOG_TAIL_LINES = 25
+RETURNED_FILE_LIMIT = 16 * 2**20  # the device tool brings back files up to 16 MiB
 
 
 def read_json(path: Path) -> dict | None:
@@ -57,6 +62,12 @@ def extract_build(work: Path, mode: str) -> tuple[dict, list[str]]:
     return info, problems
 
 
+def nccl_expected(work: Path, mode: str) -> bool:
+    """The GPU mode, or a CPU run of its build (HOROVOD_BUILD=nccl, the rehearsal)."""
+    inputs = (read_json(work / "build.json") or {}).get("inputs") or {}
+    return mode == "gpu" or inputs.get("gpu_operations") == "NCCL"
+
+
 def modules_ok(found: dict, name: str) -> bool:
     return bool(found.get("modules", {}).get(name))
 
@@ -66,7 +77,7 @@ def extract_install(work: Path, mode: str) -> tuple[dict, list[str]]:
     if found is None:
         return {}, ["the import check wrote nothing"]
     problems = [f"cannot import {name}" for name, version in found["modules"].items() if not version]
-    if mode == "gpu" and modules_ok(found, "horovod") and not found.get("nccl_built"):
+    if nccl_expected(work, mode) and modules_ok(found, "horovod") and not found.get("nccl_built"):
         problems.append("Horovod was built without NCCL")
     if mode == "gpu" and not found.get("cuda_available"):
         problems.append("torch sees no CUDA device")
@@ -152,7 +163,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 
 def record(step: str, work: Path, mode: str, rc: int, seconds: float, log: Path | None,
-           skipped: str = "") -> dict:
+           skipped: str = "", cpu_seconds: float | None = None) -> dict:
     """The step's JSON: ok only when the command exited 0 and its outputs say it worked."""
     if skipped:
         results: dict = {}
@@ -163,9 +174,46 @@ def record(step: str, work: Path, mode: str, rc: int, seconds: float, log: Path 
             problems.insert(0, "timed out" if rc in (124, 137) else f"exit {rc}")
     out = {"step": step, "mode": mode, "ok": not problems, "rc": rc, "seconds": round(seconds, 1),
            "timed_out": rc in (124, 137), "problems": problems, "results": results}
+    if cpu_seconds is not None:
+        out["cpu_seconds"] = cpu_seconds
     if problems and not skipped:
         out["log_tail"] = log_tail(log)
     return out
+
+
+def passed(path: Path) -> bool:
+    """Whether a step record (a first try's, brought back) says the step worked."""
+    return bool((read_json(path) or {}).get("ok"))
+
+
+def carried_over(path: Path) -> dict:
+    """A first try's record of a step that passed, for the second try's OUT, marked as such."""
+    return {**(read_json(path) or {}), "previous": True}
+
+
+def built(work: Path, wheel: Path | None = None, out: Path | None = None,
+          previous: Path | None = None) -> dict:
+    """WORK/build.json for the build step: the installed Horovod's version when no wheel was
+    built (HOROVOD_BUILD=reuse), else the wheel's build-info (or the first try's, for its wheel),
+    the wheel copied into OUT when it fits what a device run brings back."""
+    if wheel is None:
+        from importlib import metadata
+
+        info: dict = {"horovod": metadata.version("horovod"), "reused": True}
+    elif previous is not None:
+        first = (read_json(previous) or {}).get("results") or {}
+        info = {**first, "reused": "first try", "wheel": wheel.name}
+    else:
+        made = json.loads((wheel.parent / "build-info.json").read_text())
+        info = {"horovod": made["inputs"]["horovod"], "reused": False, "wheel": wheel.name,
+                "wheel_mb": round(wheel.stat().st_size / 2**20, 1),
+                "build_seconds": made["build_seconds"], "inputs": made["inputs"]}
+    if wheel is not None and out is not None and previous is None:
+        info["wheel_in_out"] = wheel.stat().st_size <= RETURNED_FILE_LIMIT
+        if info["wheel_in_out"]:
+            shutil.copyfile(wheel, out / wheel.name)
+    write_json(work / "build.json", info)
+    return info
 
 
 def fmt(value, digits: int = 1) -> str:
@@ -174,11 +222,14 @@ def fmt(value, digits: int = 1) -> str:
 
 def headline(step: dict) -> str:
     """The one line of a step's result that goes into the table."""
+    if step.get("previous"):
+        return headline({**step, "previous": False}) + " (first try)"
     r = step["results"]
     if not step["ok"]:
         return "; ".join(step["problems"])[:200]
     if step["step"] == "build":
-        how = "reused the installed Horovod" if r.get("reused") else f"built in {fmt(r.get('build_seconds'))} s"
+        how = {True: "reused the installed Horovod", "first try": "the first try's wheel",
+               False: f"built in {fmt(r.get('build_seconds'))} s"}[r.get("reused", False)]
         return f"Horovod {r['horovod']}, {how}"
     if step["step"] == "install":
         return (f"torch {r['modules'].get('torch')}, Horovod {r['modules'].get('horovod')}, "
@@ -222,7 +273,9 @@ def targets(steps: dict[str, dict], mode: str) -> list[dict]:
     return out
 
 
-def summarize(out_dir: Path, mode: str) -> dict:
+def summarize(out_dir: Path, mode: str, table: Path | None = None) -> dict:
+    """OUT/summary.json and the table (default OUT/summary.md). Its seconds are this try's: a
+    step carried over from the first try (PREVIOUS) counts none."""
     steps = {name: read_json(out_dir / f"{name}.json") or
              {"step": name, "ok": False, "seconds": None, "problems": ["no result (the script stopped?)"],
               "results": {}} for name in STEPS}
@@ -231,12 +284,13 @@ def summarize(out_dir: Path, mode: str) -> dict:
                "host": {"cores": os.cpu_count(), "python": sys.version.split()[0],
                         **{k: v for k, v in (steps["install"].get("results") or {}).items()
                            if k in ("gpu", "torch_cuda", "modules")}},
-               "seconds": round(sum(s["seconds"] or 0 for s in steps.values()), 1),
-               "steps": {name: {"ok": s["ok"], "seconds": s["seconds"], "result": headline(s)}
+               "seconds": round(sum(s["seconds"] or 0 for s in steps.values() if not s.get("previous")), 1),
+               "steps": {name: {"ok": s["ok"], "seconds": s["seconds"], "cpu_seconds": s.get("cpu_seconds"),
+                                "previous": bool(s.get("previous")), "result": headline(s)}
                          for name, s in steps.items()},
                "targets": targets(steps, mode)}
     write_json(out_dir / "summary.json", summary, sort_keys=False)  # the steps in their order
-    (out_dir / "summary.md").write_text(markdown(summary))
+    (table or out_dir / "summary.md").write_text(markdown(summary))
     return summary
 
 
@@ -323,9 +377,19 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--seconds", type=float, default=0.0)
     rec.add_argument("--log", type=Path)
     rec.add_argument("--skipped", default="", help="why the step did not run")
+    rec.add_argument("--cpu-seconds", type=float, help="CPU seconds of the step's processes")
+    rec.add_argument("--previous", type=Path, help="the first try's record of a step that passed")
     summ = sub.add_parser("summarize")
     summ.add_argument("--out", type=Path, required=True)
     summ.add_argument("--mode", choices=["gpu", "cpu"], required=True)
+    summ.add_argument("--table", type=Path, help="where summary.md goes (default: OUT)")
+    pas = sub.add_parser("passed")
+    pas.add_argument("record", type=Path)
+    bui = sub.add_parser("built")
+    bui.add_argument("--work", type=Path, required=True)
+    bui.add_argument("--wheel", type=Path)
+    bui.add_argument("--out", type=Path)
+    bui.add_argument("--previous", type=Path, help="the first try's build.json (its wheel reused)")
     imp = sub.add_parser("imports")
     imp.add_argument("--out", type=Path, required=True)
     imp.add_argument("--carried", type=Path)
@@ -334,15 +398,21 @@ def main(argv: list[str] | None = None) -> int:
     pro.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "record":
-        step = record(args.step, args.work, args.mode, args.rc, args.seconds, args.log, args.skipped)
+        step = carried_over(args.previous) if args.previous else record(
+            args.step, args.work, args.mode, args.rc, args.seconds, args.log, args.skipped, args.cpu_seconds)
         write_json(args.out / f"{args.step}.json", step)
         print(f"[gpu_check] {args.step}: {'ok' if step['ok'] else 'FAILED'} in {step['seconds']} s"
               + ("" if step["ok"] else f" ({'; '.join(step['problems'])[:300]})"), flush=True)
         return 0
     if args.command == "summarize":
-        summary = summarize(args.out, args.mode)
-        print((args.out / "summary.md").read_text(), flush=True)
+        summary = summarize(args.out, args.mode, args.table)
+        print((args.table or args.out / "summary.md").read_text(), flush=True)
         return 0 if summary["ok"] else 1
+    if args.command == "passed":
+        return 0 if passed(args.record) else 1
+    if args.command == "built":
+        built(args.work, args.wheel, args.out, args.previous)
+        return 0
     if args.command == "imports":
         return imports(args.out, args.carried)
     return probe(args.device, args.out)
