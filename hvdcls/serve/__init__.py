@@ -5,7 +5,9 @@
     elasticity.py shrink elastic jobs to admit the head, grow them when nothing waits (pure)
     store.py      the job table over SQLite (WAL): the queue, surviving restarts
     runner.py     one job's run directory, the same under every executor
-    wrapper.py    the job's process group leader: records its exit status in the run directory
+    wrapper.py    the job's process group leader: claims its launch first, records its exit status
+    launches.py   a launch's claim in the run directory: what a restart after a crash decides from
+    faults.py     test-only hooks: a crash at a chosen point, a stand-in for horovodrun
     settings.py   how the service was started (Settings)
     errors.py     what the service refuses: Refused, TooLarge, Rejected, Unsupported (HTTP 400)
     service.py    the loop: adopt after a restart, follow, cancel, hang, resize, schedule, start

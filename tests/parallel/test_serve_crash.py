@@ -197,18 +197,21 @@ def standin_log(job: dict) -> list[str]:
 def restart_to_start(rounds: list[Round], drained_at: float, jobs: dict[int, dict]) -> list[float]:
     """For each restart that came up, the seconds from its start to the start of a job whose
     launch the kill before it had cut before anything ran (so queued again, on slots it had been
-    given): that job's next launch, as its wrapper claimed it."""
-    restarts = [(r.restarted_at, r.ready_seconds is not None) for r in rounds[1:]] + [(drained_at, True)]
+    given): that job's next launch, as its wrapper claimed it, if that restart made it (claimed
+    before the next restart could have: a service takes over a second to launch anything)."""
+    starts = [r.restarted_at for r in rounds[1:]] + [drained_at, float("inf")]
+    came_up = [r.ready_seconds is not None for r in rounds[1:]] + [True]
     found = []
-    for cut_round, (restarted, came_up) in zip(rounds, restarts):
-        for job_id, launch_id in cut_round.cut.items() if came_up else ():
+    for n, cut_round in enumerate(rounds):
+        restarted, made_by_next = starts[n], starts[n + 1] + 1.0
+        for job_id, launch_id in cut_round.cut.items() if came_up[n] else ():
             run_dir = Path(jobs[job_id]["run_dir"])
             if "abandoned_at" not in (launches.read_claim(run_dir, launch_id) or {}):
                 continue  # it had started: adopted, not queued again
             claims = [json.loads(path.read_text()) for path in (run_dir / launches.LAUNCHES).glob("*.json")]
-            started = [c["at"] for c in claims if "pid" in c and c["at"] > restarted]
-            if started:
-                found.append(min(started) - restarted)
+            started = min([c["at"] for c in claims if "pid" in c and c["at"] > restarted], default=None)
+            if started is not None and started < made_by_next:
+                found.append(started - restarted)
     return found
 
 
