@@ -201,9 +201,9 @@ def test_report_compares_torch_and_tensorflow_runs(watched_run, demo_run, tmp_pa
     tf_row = rows[1].split(" | ")
     assert tf_row[9] == "n/a"  # TensorFlow's all-reduce wait is not measured, and says so
     assert table in result.stdout
-    for run in (torch_run, tf_run):
+    for run in (torch_run, tf_run):  # each run's own report: a third row, the last validation's matrix
         width, height = png_size((run / "report.png").read_bytes())
-        assert (width, height) == (1100, 750)
+        assert (width, height) == (1100, 1050)
 
 
 def test_a_busy_metrics_port_stops_every_rank_with_one_line(tmp_path):

@@ -62,7 +62,8 @@ def test_reaches_the_accuracy_bar_with_identical_weights(digits_run):
 def test_only_rank_0_wrote_outputs(digits_run):
     _, out = digits_run
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["checkpoints", "config.yaml", "metrics.jsonl", "report.png", "status.json",
+    assert names == ["checkpoints", "config.yaml", "confusion_matrix.csv", "confusion_matrix.png",
+                     "evaluation.json", "metrics.jsonl", "model_card.json", "report.png", "status.json",
                      "summary.json", "tensorboard"]
     assert read_json(out / "status.json")["phase"] == "done"
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == \
