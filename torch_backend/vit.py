@@ -1,6 +1,7 @@
 """The vision transformers for the PyTorch backend: torchvision's VisionTransformer (what its
-vit_b_16/vit_l_16/vit_h_14 builders make) with the sizes of hvdcls.models.VIT, random init, at
-any image and patch size (the builders fix the patch).
+vit_b_16/vit_l_16/vit_h_14 builders make; ViT-g/14 and ViT-G/14, which it has no builder for,
+the same class) with the sizes of hvdcls.models.VIT, random init, at any image and patch size
+(the builders fix the patch).
 
 Mirror: tf_backend/vit.py.
 """

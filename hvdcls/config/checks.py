@@ -17,7 +17,7 @@ from hvdcls.config.schema import (
 )
 from hvdcls.errors import UserError
 from hvdcls.finetune import decay_in_force
-from hvdcls.models import vit_patches, vit_spec
+from hvdcls.models import VIT, vit_patches, vit_spec
 from hvdcls.zero import check_level
 
 
@@ -123,8 +123,8 @@ def validate(config: Config) -> None:
 def _validate_vit(config: Config) -> None:
     spec, patch = vit_spec(config.model.name), config.model.patch_size
     if patch is not None and spec is None:
-        raise UserError(f"config model.patch_size={patch} is for the ViTs (vit_b_16, vit_l_16, "
-                        f"vit_h_14); model.name={config.model.name!r} has no patches")
+        raise UserError(f"config model.patch_size={patch} is for the ViTs ({', '.join(VIT)}); "
+                        f"model.name={config.model.name!r} has no patches")
     if spec is not None:
         vit_patches(config.data.image_size, patch or spec.patch_size)
 

@@ -19,9 +19,11 @@ IMAGENET_STD = [0.229, 0.224, 0.225]
 
 @dataclass
 class ModelConfig:
-    name: str = "compact_cnn"  # compact_cnn, vit_b_16|vit_l_16|vit_h_14, a torchvision or keras.applications name
+    # compact_cnn, a ViT of hvdcls.models.VIT (vit_b_16 ... vit_bigg_14), a torchvision or
+    # keras.applications name, or timm/NAME
+    name: str = "compact_cnn"
     num_classes: Optional[int] = None  # None: the number of classes the data has
-    # The ViTs' patch (hvdcls.models.VIT); None: the architecture's own (16, or 14 for vit_h_14).
+    # The ViTs' patch (hvdcls.models.VIT); None: the architecture's own (16 for B and L, else 14).
     # data.image_size must be a multiple of it: e.g. 32 px in patches of 8 for a CPU run.
     patch_size: Optional[int] = None
     # Initial weights (hvdcls.pretrained, docs/models.md): none (random); the framework's own

@@ -6,6 +6,7 @@ Mirror: tests/torch_backend/test_vit.py (same cases; torch alone checks the tabl
 torchvision's builders, and checkpoints ResNet stages, which TensorFlow refuses). One case is
 here alone, needing both frameworks: torchvision's weights, loaded into our ViT, give its logits.
 """
+import dataclasses
 import os
 from pathlib import Path
 
@@ -32,6 +33,16 @@ def test_vit_b_16_at_32_px_in_patches_of_8_maps_images_to_logits():
     assert model.get_layer("tokens").positions.shape == (1, 16 + 1, 768)
     logits = keras.ops.convert_to_numpy(model(np.zeros((2, 32, 32, 3), np.float32), training=False))
     assert logits.shape == (2, CLASSES) and np.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("name", ["vit_g_14", "vit_bigg_14"])
+def test_a_billion_parameter_vits_block_is_built_to_the_formula(name):
+    """ViT-g/14 and ViT-G/14 with their widths but one block (Keras allocates what it builds:
+    4 GB and 7 GB whole): the formula's count; the formula is linear in the blocks, and the
+    torch mirror holds it to the whole models' counts and to the paper."""
+    one_block = dataclasses.replace(spec.VIT[name], layers=1)
+    model = models.vision_transformer(one_block, CLASSES, image_size=28)
+    assert models.count_parameters(model) == spec.vit_parameters(one_block, CLASSES, 28, 14)
 
 
 def test_an_image_the_patches_do_not_tile_is_a_one_line_user_error():
