@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import os
 import platform
 import socket
 import sys
@@ -96,10 +97,13 @@ def train(config: cfg.Config, backend_name: str) -> dict:
     data = datasets.open_data(config)
     num_classes = datasets.check_num_classes(config, data)
     # Horovod reads them in hvd.init()
+    dropped = horovod_env.dropped_cycle(config.horovod, os.environ, config.training.elastic)
     horovod_settings = horovod_env.apply(config.horovod, elastic=config.training.elastic)
     backend = registry.create_backend(backend_name)
     job = Job(config, backend_name, backend, data, num_classes, horovod_settings, started)
     ctx = backend.init(config)
+    if dropped and ctx.is_main:
+        print(f"hvdcls: warning: {dropped}", file=sys.stderr)
     check_controller(config, ctx)
     balance.settings(config, ctx.size, ctx.device.startswith("cuda"))  # bad plans: before any work
     if not config.training.elastic:  # elastic: at each attempt's start, which a joining worker meets too

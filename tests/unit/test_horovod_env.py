@@ -1,5 +1,6 @@
 """hvdcls.horovod_env: config -> HOROVOD_* variables, applied to a plain dict, never os.environ."""
 import os
+from pathlib import Path
 
 import pytest
 
@@ -154,6 +155,44 @@ def test_no_default_in_elastic_mode():
     in_force = horovod_env.apply(HorovodConfig(cycle_time_ms=2), {}, elastic=True)
     assert in_force["HOROVOD_FUSION_THRESHOLD"] == "default" and in_force["HOROVOD_CYCLE_TIME"] == "2"
     assert horovod_env.defaults(HorovodConfig(), {}, elastic=False) == OURS
+
+
+@pytest.mark.parametrize("config, environ, where", [
+    (HorovodConfig(fusion_threshold_mb=64, cycle_time_ms=5), {}, "horovod.cycle_time_ms=5"),  # resnet50.yaml
+    (HorovodConfig(fusion_threshold_mb=64), {"HOROVOD_CYCLE_TIME": "3"}, "HOROVOD_CYCLE_TIME=3"),
+    (HorovodConfig(cycle_time_ms=2), {"HOROVOD_FUSION_THRESHOLD": "1048576"}, "horovod.cycle_time_ms=2"),
+    (HorovodConfig(), {"HOROVOD_FUSION_THRESHOLD": "1048576", "HOROVOD_CYCLE_TIME": "3"},
+     "HOROVOD_CYCLE_TIME=3"),  # horovodrun --fusion-threshold-mb 1 --cycle-time-ms 3
+])
+def test_elastic_mode_drops_the_cycle_time_beside_a_fusion_threshold(config, environ, where):
+    """Both set crashed Horovod 0.28.1's rank 0 when a host joined: the cycle time goes, said once."""
+    warning = horovod_env.dropped_cycle(config, environ, elastic=True)
+    assert warning is not None and warning.startswith(f"{where} dropped in elastic mode")
+    assert "\n" not in warning and "crashes" in warning
+    environ = dict(environ)
+    in_force = horovod_env.apply(config, environ, elastic=True)
+    assert "HOROVOD_CYCLE_TIME" not in environ and in_force["HOROVOD_CYCLE_TIME"] == "default"
+    assert in_force["HOROVOD_FUSION_THRESHOLD"] != "default"
+
+
+def test_the_shipped_resnet50_config_runs_elastic_without_both():
+    """docs/elastic-and-reliability.md's example: configs/resnet50.yaml under training.elastic=true."""
+    from hvdcls import config
+
+    repo = Path(__file__).resolve().parents[2]
+    loaded = config.load(repo / "configs" / "resnet50.yaml", ["data.path=/data/imagenet", "training.elastic=true"])
+    environ: dict[str, str] = {}
+    assert horovod_env.dropped_cycle(loaded.horovod, environ, loaded.training.elastic)
+    horovod_env.apply(loaded.horovod, environ, elastic=loaded.training.elastic)
+    assert environ["HOROVOD_FUSION_THRESHOLD"] == str(64 * 1024 * 1024) and "HOROVOD_CYCLE_TIME" not in environ
+
+
+def test_the_cycle_time_stays_when_not_elastic_or_alone():
+    both = HorovodConfig(fusion_threshold_mb=64, cycle_time_ms=5)
+    assert horovod_env.dropped_cycle(both, {}, elastic=False) is None
+    assert horovod_env.apply(both, {}, elastic=False)["HOROVOD_CYCLE_TIME"] == "5"
+    assert horovod_env.dropped_cycle(HorovodConfig(cycle_time_ms=2), {}, elastic=True) is None
+    assert horovod_env.dropped_cycle(HorovodConfig(), {"HOROVOD_CYCLE_TIME": "3"}, elastic=True) is None
 
 
 def test_autotune_off_in_the_environment_keeps_our_defaults():
