@@ -1,12 +1,17 @@
 """The tree's architecture, stated once: which package may import which, and no cycles.
 
 Read from the source with `ast` (nothing is imported), so the rule holds for imports inside
-functions too. Imports under `if TYPE_CHECKING:` never run, so they may name a layer above (a
-type a contract mentions); but they still tie two modules together, so they count when looking
-for cycles.
+functions too, and for a module loaded by name: `importlib.import_module("hvdcls.x")` (or
+`import_module(".x", __package__)`) with a literal name is an import like any other. A name the
+code computes (the registry's backends, the service's executors) is not followed. Imports under
+`if TYPE_CHECKING:` never run, so they may name a layer above (a type a contract mentions); but
+they still tie two modules together, so they count when looking for cycles.
 """
 import ast
+import functools
+import importlib.util
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -15,8 +20,10 @@ PACKAGES = ("hvdcls", "torch_backend", "tf_backend")
 CORE = "hvdcls"  # the modules at hvdcls/'s top level: contract, config, errors, registry, ...
 CORE_PACKAGES = {"hvdcls.config"}  # packages that are part of the core (one concern, split in files)
 
-# Each layer may import these layers (and itself). Entry points (cli, __main__) reach the
-# rest through importlib by name, so they obey the core's rule like any other top module.
+# Each layer may import these layers (and itself). The command (cli) is in the core and obeys its
+# rule, but loads each subcommand by name (importlib) when it runs: those loads, and only those,
+# may reach any layer (they still count for cycles).
+ENTRY_POINTS = {"hvdcls.cli"}
 ALLOWED = {
     CORE: set(),
     "hvdcls.data": {CORE},
@@ -62,10 +69,47 @@ def is_type_checking(node: ast.If) -> bool:
     return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
 
 
-def imported(path: Path, known: set[str], type_checking: bool = False) -> set[str]:
-    """The project modules `path` imports (a `from pkg import name` naming a module counts);
-    with `type_checking`, those under `if TYPE_CHECKING:` too."""
+def package_of(module: str, path: Path) -> str:
+    """What `__package__` is inside `module` (a package's own __init__ is its package)."""
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def loaded_by_name(node: ast.Call, package: str) -> Optional[str]:
+    """The module `importlib.import_module("NAME"[, package])` or `import_module(...)` loads,
+    when NAME is written as a literal string (and a relative one's package as a literal or
+    `__package__`); None otherwise."""
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if called != "import_module" or not node.args:
+        return None
+    if isinstance(func, ast.Attribute) and not (isinstance(func.value, ast.Name) and func.value.id == "importlib"):
+        return None
+    name = node.args[0]
+    if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+        return None
+    if not name.value.startswith("."):
+        return name.value
+    given = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "package"), None)
+    if isinstance(given, ast.Constant) and isinstance(given.value, str):
+        package = given.value
+    elif not (isinstance(given, ast.Name) and given.id == "__package__"):
+        return None
+    return importlib.util.resolve_name(name.value, package)
+
+
+def imported(path: Path, known: set[str], type_checking: bool = False, by_name: bool = True,
+             module: Optional[str] = None) -> set[str]:
+    """The project modules `path` imports (a `from pkg import name` naming a module counts; a
+    relative import is resolved against `module`, by default the one `path` is); with
+    `type_checking`, those under `if TYPE_CHECKING:` too; with `by_name`, those loaded through
+    `import_module` with a literal name."""
     found: set[str] = set()
+    if module is None and path.is_relative_to(ROOT):
+        module = module_name(path)
+    package = package_of(module, path) if module else ""
+
+    def ours(name: str) -> bool:
+        return name.split(".")[0] in PACKAGES
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and is_type_checking(node) and not type_checking:
@@ -73,28 +117,43 @@ def imported(path: Path, known: set[str], type_checking: bool = False) -> set[st
                 visit(child)
             return
         if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.split(".")[0] in PACKAGES)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
-                and node.module.split(".")[0] in PACKAGES:
-            for alias in node.names:
-                full = f"{node.module}.{alias.name}"
-                found.add(full if full in known else node.module)
+            found.update(a.name for a in node.names if ours(a.name))
+        elif isinstance(node, ast.ImportFrom) and (node.level == 0 or package):
+            base = node.module or ""
+            if node.level:
+                base = importlib.util.resolve_name("." * node.level + base, package)
+            if ours(base):
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    found.add(full if full in known else base)
+        elif isinstance(node, ast.Call) and by_name:
+            target = loaded_by_name(node, package)
+            if target and ours(target):
+                found.add(target)
         for child in ast.iter_child_nodes(node):
             visit(child)
 
-    visit(ast.parse(path.read_text(), str(path)))
+    visit(parsed(path))
     return found
+
+
+@functools.lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    """Each file parsed once for both graphs."""
+    return ast.parse(path.read_text(), str(path))
 
 
 @pytest.fixture(scope="module")
 def graph() -> dict[str, set[str]]:
+    """The imports that run, for the layer rule (the entry point's loads by name left out)."""
     known = modules()
-    return {name: imported(path, set(known)) - {name} for name, path in known.items()}
+    return {name: imported(path, set(known), by_name=name not in ENTRY_POINTS) - {name}
+            for name, path in known.items()}
 
 
 @pytest.fixture(scope="module")
 def typed_graph() -> dict[str, set[str]]:
-    """The imports that run and those only a type checker reads."""
+    """The imports that run, those made by name and those only a type checker reads."""
     known = modules()
     return {name: imported(path, set(known), type_checking=True) - {name} for name, path in known.items()}
 
@@ -146,3 +205,19 @@ def test_an_import_only_a_type_checker_reads_still_counts_for_cycles(tmp_path):
     source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from hvdcls.serve import service\n")
     assert imported(source, {"hvdcls.serve.service"}) == set()  # never runs: no layer broken
     assert imported(source, {"hvdcls.serve.service"}, type_checking=True) == {"hvdcls.serve.service"}
+
+
+def test_a_module_loaded_by_name_is_an_import(tmp_path):
+    """importlib.import_module with a literal name, absolute or relative, is followed; a computed
+    name is not; the entry point's loads are seen for cycles but left out of the layer rule."""
+    source = tmp_path / "arguments.py"
+    source.write_text("import importlib\nfrom importlib import import_module\n"
+                      "handler = lambda a: importlib.import_module('hvdcls.sweep.command').run(a)\n"
+                      "def f():\n    import_module('.driver', __package__)\n"
+                      "    importlib.import_module('..serve.client', package='hvdcls.sweep')\n"
+                      "    importlib.import_module(f'hvdcls.{name}')\n    importlib.import_module('json')\n"
+                      "from . import space\n")
+    known = {"hvdcls.sweep.command", "hvdcls.sweep.driver", "hvdcls.serve.client", "hvdcls.sweep.space"}
+    assert imported(source, known, module="hvdcls.sweep.arguments") == known
+    assert imported(source, known, by_name=False, module="hvdcls.sweep.arguments") == {"hvdcls.sweep.space"}
+    assert set(modules()) >= ENTRY_POINTS
