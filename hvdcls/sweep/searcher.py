@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from hvdcls.errors import UserError
-from hvdcls.sweep.arguments import DIRECTIONS, PRUNERS, SAMPLERS  # noqa: F401 (the choices, here too)
 from hvdcls.sweep.space import Parameter
 
 if TYPE_CHECKING:
