@@ -9,6 +9,7 @@
     launches.py   a launch's claim in the run directory: what a restart after a crash decides from
     faults.py     test-only hooks: a crash at a chosen point, a stand-in for horovodrun
     settings.py   how the service was started (Settings)
+    slurm_options.py  SlurmOptions, declared once: the spec's field, the defaults, the flags, #SBATCH lines
     errors.py     what the service refuses: Refused, TooLarge, Rejected, Unsupported (HTTP 400)
     service.py    the loop: adopt after a restart, follow, cancel, hang, resize, schedule, start
     executors/    what runs the jobs, behind one contract (base.py): the host list (hosts.py) or

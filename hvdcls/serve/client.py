@@ -23,7 +23,7 @@ import httpx
 from hvdcls import config as cfg
 from hvdcls import launch, tables
 from hvdcls.errors import UserError
-from hvdcls.serve.executors.slurm_options import SlurmOptions
+from hvdcls.serve.slurm_options import SlurmOptions
 
 RETRY_SECONDS = 60  # a submission cut by a restart is sent again this long (a restart takes seconds)
 RETRY_PAUSE = 0.5

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hvdcls import registry
 from hvdcls.serve import executors
-from hvdcls.serve.executors.slurm_options import SlurmOptions, add_flags
+from hvdcls.serve.slurm_options import SlurmOptions, add_flags
 
 DEFAULT_STATE_DIR = Path(os.environ.get("HVDCLS_STATE_DIR", "~/.hvdcls/serve")).expanduser()
 DEFAULT_PORT = 8470

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from hvdcls.serve.executors.slurm_options import SlurmOptions
+from hvdcls.serve.slurm_options import SlurmOptions
 
 
 @dataclass

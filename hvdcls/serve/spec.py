@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from hvdcls import config as cfg
 from hvdcls import registry
 from hvdcls.errors import UserError
-from hvdcls.serve.executors.slurm_options import SlurmOptions
+from hvdcls.serve.slurm_options import SlurmOptions
 
 # Keys the service sets itself: each job writes only into its own run directory.
 SERVICE_OWNED = {

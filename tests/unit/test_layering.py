@@ -221,3 +221,11 @@ def test_a_module_loaded_by_name_is_an_import(tmp_path):
     assert imported(source, known, module="hvdcls.sweep.arguments") == known
     assert imported(source, known, by_name=False, module="hvdcls.sweep.arguments") == {"hvdcls.sweep.space"}
     assert set(modules()) >= ENTRY_POINTS
+
+
+def test_what_describes_a_job_reaches_into_no_executor(typed_graph):
+    """The spec, the service's settings and Slurm's options are read by the service, the client
+    and every executor; none of them imports a module of hvdcls.serve.executors."""
+    for module in ("hvdcls.serve.spec", "hvdcls.serve.settings", "hvdcls.serve.slurm_options"):
+        reached = sorted(t for t in typed_graph[module] if t.startswith("hvdcls.serve.executors"))
+        assert not reached, f"{module} imports {', '.join(reached)}"

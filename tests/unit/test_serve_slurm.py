@@ -17,9 +17,9 @@ from hvdcls.serve import faults, launches, runner
 from hvdcls.serve.errors import Refused
 from hvdcls.serve.executors import slurm_batch as slurm
 from hvdcls.serve.executors import slurm_elastic
-from hvdcls.serve.executors.slurm_options import SlurmOptions
 from hvdcls.serve.service import Service
 from hvdcls.serve.settings import Settings
+from hvdcls.serve.slurm_options import SlurmOptions
 from hvdcls.serve.spec import JobSpec
 from hvdcls.serve.store import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, Store
 

@@ -5,7 +5,9 @@
     slurm.py          SlurmExecutor: each job an sbatch job, followed with one squeue per turn
     slurm_batch.py    the batch script, SLURM_TASKS_PER_NODE, sbatch/squeue/scancel and their answers
     slurm_elastic.py  elastic jobs inside one allocation: discovery of the nodes still usable
-    slurm_options.py  SlurmOptions, declared once (spec field, defaults, flags, #SBATCH lines)
+
+Slurm's options (hvdcls.serve.slurm_options) are the service's: the spec, the settings and the
+flags read them without importing an executor.
 
 An executor is imported only when a service starts with it (the registry names modules), so
 `hvdcls --help` imports none of them.

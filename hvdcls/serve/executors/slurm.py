@@ -27,7 +27,7 @@ from hvdcls.serve import launches, runner
 from hvdcls.serve.errors import Refused, Unsupported
 from hvdcls.serve.executors import slurm_batch, slurm_elastic
 from hvdcls.serve.executors.base import NOT_STARTED, Executor, Handle, Launch, Seen
-from hvdcls.serve.executors.slurm_options import SlurmOptions
+from hvdcls.serve.slurm_options import SlurmOptions
 from hvdcls.serve.store import CANCELLED, FAILED, FINAL, QUEUED, RUNNING, SUCCEEDED
 
 if TYPE_CHECKING:

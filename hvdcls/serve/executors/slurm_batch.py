@@ -34,7 +34,7 @@ from hvdcls.errors import UserError
 from hvdcls.serve import runner
 from hvdcls.serve.errors import Rejected
 from hvdcls.serve.executors import slurm_elastic
-from hvdcls.serve.executors.slurm_options import SlurmOptions
+from hvdcls.serve.slurm_options import SlurmOptions
 from hvdcls.serve.store import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED
 
 BATCH_SCRIPT = "job.sbatch"
