@@ -6,10 +6,14 @@ functions too, and for a module loaded by name: `importlib.import_module("hvdcls
 code computes (the registry's backends, the service's executors) is not followed. Imports under
 `if TYPE_CHECKING:` never run, so they may name a layer above (a type a contract mentions); but
 they still tie two modules together, so they count when looking for cycles.
+
+docs/architecture.md's layer table is checked against ALLOWED, row for row: a failure prints the
+rows the table should have.
 """
 import ast
 import functools
 import importlib.util
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -229,3 +233,37 @@ def test_what_describes_a_job_reaches_into_no_executor(typed_graph):
     for module in ("hvdcls.serve.spec", "hvdcls.serve.settings", "hvdcls.serve.slurm_options"):
         reached = sorted(t for t in typed_graph[module] if t.startswith("hvdcls.serve.executors"))
         assert not reached, f"{module} imports {', '.join(reached)}"
+
+
+def layer_table(text: str) -> dict[str, set[str]]:
+    """docs/architecture.md's layer table as ALLOWED's shape: each row's packages (first column,
+    in backticks) -> the packages it may import (second column; `nothing else of ours`: none)."""
+    section = text.split("## The layer rule", 1)[1].split("\n## ", 1)[0]
+    table: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or not cells[0].startswith("`"):
+            continue  # prose, the header, the rule under it
+        for package in re.findall(r"`([\w.]+)`", cells[0]):
+            table[package] = set(re.findall(r"`([\w.]+)`", cells[1]))
+    return table
+
+
+def table_row(package: str) -> str:
+    allowed = sorted(ALLOWED[package], key=lambda p: (p != CORE, p))
+    return f"| `{package}` | {', '.join(f'`{p}`' for p in allowed) or 'nothing else of ours'} | ... |"
+
+
+def test_the_documented_layer_table_is_the_rule():
+    """The table in docs/architecture.md says what ALLOWED says, row for row."""
+    table = layer_table((ROOT / "docs" / "architecture.md").read_text())
+    wrong = sorted(p for p in set(ALLOWED) | set(table) if table.get(p) != ALLOWED.get(p))
+    assert not wrong, "docs/architecture.md's layer table disagrees with ALLOWED; its rows should read:\n" + \
+        "\n".join(table_row(p) if p in ALLOWED else f"(no row for `{p}`: not a layer)" for p in wrong)
+
+
+def test_the_table_reader():
+    text = ("## The layer rule\n\n| package | may import | why |\n| --- | --- | --- |\n"
+            "| `hvdcls` (top modules) | nothing else of ours | shared |\n"
+            "| `a`, `b` | `hvdcls`, `hvdcls.data` | x |\n\n## Next\n| `c` | `hvdcls` | y |\n")
+    assert layer_table(text) == {"hvdcls": set(), "a": {"hvdcls", "hvdcls.data"}, "b": {"hvdcls", "hvdcls.data"}}
