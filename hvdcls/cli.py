@@ -1,23 +1,28 @@
-"""The `hvdcls` command.
+"""The `hvdcls` command (every command and flag: docs/cli.md, made from this parser).
 
     hvdcls train [--backend torch|tensorflow] [--config FILE.yaml] [key=value ...]
     hvdcls lr-find [the same arguments]     the learning-rate range test: its curve, plot and pick
     hvdcls evaluate RUN_DIR [--data PATH]   top-1/top-5, per-class figures, confusion matrix
     hvdcls export RUN_DIR --format onnx -o model.onnx    a model for inference, with its classes
     hvdcls predict MODEL IMAGES... [-k 5]   classify images: a CSV (MODEL: run, checkpoint or .onnx)
-    hvdcls data pack SRC_DIR OUT.lmdb       an ImageFolder directory into one LMDB file
+    hvdcls data pack SRC_DIR -o OUT.lmdb    an ImageFolder directory into one LMDB file
     hvdcls doctor [--smoke] [--json]        is this installation ready to train?
     hvdcls demo [--np 2]                    digits with both backends under horovodrun, side by side
     hvdcls timeline PATH [--json]           Horovod's timeline as a few numbers (communication share)
     hvdcls report RUN_DIR [RUN_DIR ...]     runs side by side: a PNG and a Markdown table
     hvdcls bench [--np 1 2] [--model ...]   step throughput beside DDP and raw Horovod
     hvdcls bench --to-accuracy 0.9          seconds, epochs and images to a validation accuracy
-    hvdcls serve --hosts a:2,b:2            a job queue over HTTP; then submit, jobs, status,
-                                            logs -f, cancel (hvdcls/serve/commands.py)
+    hvdcls serve --hosts a:2,b:2            a job queue over HTTP; then hvdcls job submit, list,
+                                            status, logs -f, cancel (hvdcls/serve/commands.py)
     hvdcls serve --executor slurm           the same, each job an sbatch job; slurm-script prints one
-    hvdcls sweep KEY=SPEC ... --out DIR     a hyperparameter search, each trial a job of hvdcls serve
+    hvdcls sweep KEY=SPEC ... --output-dir DIR   a hyperparameter search, each trial a service job
     horovodrun -np 2 -H localhost:2 --gloo hvdcls smoke --backend torch
     mpirun -np 2 --allow-run-as-root hvdcls smoke --backend tensorflow
+
+One command line: a directory of several outputs is --output-dir, a single file (or a format that
+is a directory) -o/--output; a flag means one thing wherever it appears; the service's address is
+--url or $HVDCLS_SERVE_URL. Former spellings still work for one release, with a note on stderr
+(hvdcls.flags.old_spellings, flags.Commands).
 
 Subcommands import their module only when chosen, and no module here imports a framework at
 import time: `hvdcls --help` stays fast and works without torch or tensorflow.
@@ -29,6 +34,7 @@ import importlib
 import os
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 from hvdcls import __version__, allocator, flags, registry
@@ -40,6 +46,12 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _check_value(self, action, value):
+        if isinstance(action, flags.Commands) and value not in action.choices:  # the choices, old names left out
+            names = ", ".join(map(repr, command_helps(action)))
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from {names})")
+        super()._check_value(action, value)
 
 
 def add_doctor(sub) -> None:
@@ -53,8 +65,9 @@ def add_doctor(sub) -> None:
 def add_smoke(sub) -> None:
     parser = sub.add_parser("smoke", help="Horovod collectives + one optimizer step, checked on every rank")
     parser.add_argument("--backend", choices=registry.names(), required=True)
-    parser.add_argument("--report-dir", type=Path, help="write rank-N.json here")
-    parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.checks.smoke").run(a.backend, a.report_dir))
+    flags.old_spellings(parser, parser.add_argument("--output-dir", type=Path, help="write rank-N.json here"),
+                        "--report-dir")
+    parser.set_defaults(handler=lambda a: importlib.import_module("hvdcls.checks.smoke").run(a.backend, a.output_dir))
 
 
 def add_demo(sub) -> None:
@@ -161,10 +174,22 @@ def add_data(sub) -> None:
                                     parser_class=OneLineParser)
     pack = actions.add_parser("pack", help="pack an ImageFolder directory into one LMDB file")
     pack.add_argument("source", type=Path, help="ImageFolder root (train/ and optional val/)")
-    pack.add_argument("output", type=Path, help="the LMDB file to write, e.g. data.lmdb")
+    pack.add_argument("old_output", type=Path, nargs="?", help=argparse.SUPPRESS)  # `pack SRC OUT`, before -o
+    pack.add_argument("-o", "--output", type=Path, metavar="FILE.lmdb", help="the LMDB file to write (required)")
     pack.add_argument("--quiet", action="store_true", help="no progress bar")
-    pack.set_defaults(handler=lambda a: importlib.import_module("hvdcls.data.lmdb_store").main(
-        a.source, a.output, not a.quiet))
+    pack.set_defaults(handler=run_pack)
+
+
+def run_pack(a: argparse.Namespace) -> int:
+    output = a.output
+    if a.old_output is not None:
+        if output is not None:
+            raise UserError(f"data pack: two LMDB files ({a.old_output} and -o {output}): give -o/--output alone")
+        flags.note_renamed("hvdcls data pack", "data pack SRC OUT", "data pack SRC -o OUT")
+        output = a.old_output
+    if output is None:
+        raise UserError("data pack: give the LMDB file to write: -o/--output FILE.lmdb")
+    return importlib.import_module("hvdcls.data.lmdb_store").main(a.source, output, not a.quiet)
 
 
 def add_timeline(sub) -> None:
@@ -255,17 +280,55 @@ def add_bench(sub) -> None:
     parser.set_defaults(handler=run_bench)
 
 
+# `hvdcls --help` lists the commands by purpose, in this order.
+GROUPS = (("train and evaluate", ("train", "lr-find", "evaluate", "sweep", "report")),
+          ("models", ("export", "predict")),
+          ("data", ("data",)),
+          ("jobs and the service", ("job", "serve", "slurm-script")),
+          ("measure", ("bench", "timeline")),
+          ("check", ("doctor", "smoke", "demo")))
+OTHER = "other"  # a command no group names (a test keeps this empty)
+
+
+def grouped(commands: dict[str, str]) -> list[tuple[str, list[str]]]:
+    """(purpose, its commands) from {command: help}, GROUPS' order; the rest under OTHER."""
+    out = [(title, [name for name in names if name in commands]) for title, names in GROUPS]
+    named = {name for _, names in GROUPS for name in names}
+    rest = [name for name in commands if name not in named]
+    return [(title, names) for title, names in [*out, (OTHER, rest)] if names]
+
+
+def command_helps(sub: argparse._SubParsersAction) -> dict[str, str]:
+    """{command: its one-line help} of a subparsers action, old names left out."""
+    return {choice.dest: choice.help or "" for choice in sub._get_subactions()}
+
+
+def commands_by_purpose(sub: argparse._SubParsersAction) -> str:
+    helps = command_helps(sub)
+    width = max(map(len, helps)) + 4
+    lines = []
+    for title, names in grouped(helps):
+        lines.append(f"{title}:")
+        lines += [textwrap.fill(helps[name], 100, initial_indent=f"  {name:<{width - 2}}",
+                                subsequent_indent=" " * width) for name in names]
+        lines.append("")
+    return "\n".join([*lines, "hvdcls COMMAND --help: its flags; every command and flag: docs/cli.md"])
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="hvdcls", description="Horovod image-classification training "
-                                     "for PyTorch and TensorFlow.")
+    parser = OneLineParser(prog="hvdcls", usage="%(prog)s [-h] [--version] COMMAND ...",
+                           description="Horovod image-classification training for PyTorch and TensorFlow.",
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"hvdcls {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                parser_class=OneLineParser)
+    # help=SUPPRESS: the epilog lists the commands, by purpose, in argparse's stead
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS,
+                                parser_class=OneLineParser, action=flags.Commands, prog="hvdcls")
     for add in (add_train, add_lr_find, add_evaluate, add_export, add_predict, add_data, add_doctor, add_smoke,
                 add_demo, add_timeline, add_report, add_bench):
         add(sub)
     importlib.import_module("hvdcls.serve.commands").add_parsers(sub)  # argparse only
     importlib.import_module("hvdcls.sweep.arguments").add_parser(sub)  # argparse only
+    parser.epilog = commands_by_purpose(sub)
     return parser
 
 

@@ -13,11 +13,17 @@ A field's flag is `--<name with dashes>` unless `flag=` names another; its type 
 (`list[X]` takes one or more values: nargs="+"; `Optional[X]` is X, default None); its default is
 the dataclass's own. A bool field defaulting to true becomes `--no-<name>` (store_false), one
 defaulting to false `--<name>` (store_true). Framework-free, argparse only.
+
+Old spellings, one mechanism for every command: `option(..., old=("--data",))` or
+`old_spellings(parser, action, "--out")` keeps a renamed flag working, hidden from --help, and
+`Commands` (a subparsers action) a renamed command; either prints one line on stderr naming the
+new spelling. They go in the release after the one that renamed them.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import typing
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -26,12 +32,14 @@ _MISSING = dataclasses.MISSING
 
 def option(default: Any = _MISSING, *, factory: Optional[Callable[[], Any]] = None,
            flag: Optional[str] = "", help: Optional[str] = None,
-           choices: Optional[Sequence[Any]] = None) -> Any:
+           choices: Optional[Sequence[Any]] = None, old: Sequence[str] = ()) -> Any:
     """A dataclass field with what its flag needs beyond the field itself. A list default is
-    copied for each instance. flag: the flag's name ("" derives it from the field, None: no flag)."""
+    copied for each instance. flag: the flag's name ("" derives it from the field, None: no flag);
+    old: its former names, still accepted (old_spellings)."""
     if factory is None and isinstance(default, list):
         factory, default = (lambda value=default: list(value)), _MISSING
-    metadata = {"flag": flag, "help": help, "choices": None if choices is None else list(choices)}
+    metadata = {"flag": flag, "help": help, "choices": None if choices is None else list(choices),
+                "old": tuple(old)}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -87,9 +95,68 @@ def add_flags(parser: argparse.ArgumentParser, cls: type) -> None:
                 kwargs["choices"] = field.metadata["choices"]
             # argparse's metavar from the flag's name, as if dest were the flag (--np NP ...)
             kwargs["metavar"] = None if kwargs.get("choices") else name.lstrip("-").replace("-", "_").upper()
-        parser.add_argument(name, **kwargs)
+        old_spellings(parser, parser.add_argument(name, **kwargs), *field.metadata.get("old", ()))
 
 
 def from_args(cls: type, args: argparse.Namespace) -> Any:
     """The dataclass from parsed flags; fields without a flag keep their defaults."""
     return cls(**{field.name: getattr(args, field.name) for field, _ in flagged_fields(cls)})
+
+
+def note_renamed(where: str, old: str, new: str) -> None:
+    """The one line an old spelling prints on stderr (stdout stays the command's own)."""
+    print(f"{where}: `{old}` is now `{new}` (the old spelling goes in the next release)", file=sys.stderr)
+
+
+class _Renamed(argparse.Action):
+    """Mixed into a flag's own action class: notes the old names it was reached by."""
+
+    old_names: tuple[str, ...] = ()
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string in self.old_names:
+            note_renamed(parser.prog, option_string, max(self.option_strings, key=len))
+        super().__call__(parser, namespace, values, option_string)
+
+
+_RENAMED: dict[type, type] = {}
+
+
+def old_spellings(parser: argparse.ArgumentParser, action: argparse.Action, *old: str) -> argparse.Action:
+    """Accept `old` as further names of `action`'s flag: the same action (so a required flag is
+    satisfied by either), left out of --help, noting the new name when used."""
+    for name in old:
+        if name in parser._option_string_actions:
+            raise ValueError(f"{parser.prog}: {name} is taken")
+        parser._option_string_actions[name] = action
+    if old:
+        kind = type(action)
+        if not issubclass(kind, _Renamed):
+            kind = _RENAMED.setdefault(kind, type(f"Renamed{kind.__name__}", (_Renamed, kind), {}))
+            action.__class__ = kind
+        action.old_names = (*action.old_names, *old)  # type: ignore[attr-defined]
+    return action
+
+
+def renamed_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """old flag -> its new name, of this parser's flags."""
+    return {name: max(action.option_strings, key=len) for action in parser._actions
+            for name in getattr(action, "old_names", ())}
+
+
+class Commands(argparse._SubParsersAction):
+    """Subcommands (add_subparsers(action=Commands)), a few also reachable by a former name:
+    `add_old("jobs", "job list", parser)` runs `parser` for `hvdcls jobs`, noting the new name."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.old_names: dict[str, str] = {}
+
+    def add_old(self, old: str, new: str, parser: argparse.ArgumentParser) -> None:
+        self._name_parser_map[old] = parser  # no help entry: --help lists the new names only
+        self.old_names[old] = new
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values[0] in self.old_names:
+            note_renamed(parser.prog, f"{parser.prog} {values[0]}", f"{parser.prog} {self.old_names[values[0]]}")
+        super().__call__(parser, namespace, values, option_string)

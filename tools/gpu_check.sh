@@ -261,7 +261,7 @@ step_smoke() {
     set -e
     # One launch for both (horovodrun's own start-up costs seconds; on a host with TensorFlow, a minute).
     horovodrun -np 1 -H localhost:1 --gloo bash -c '"$PY" -m hvdcls smoke --backend torch \
-        --report-dir "$WORK/smoke" && "$PY" "$REPO/tools/gpu_check.py" probe --device "$DEVICE" \
+        --output-dir "$WORK/smoke" && "$PY" "$REPO/tools/gpu_check.py" probe --device "$DEVICE" \
         --out "$WORK/probe.json"'
 }
 

@@ -1,4 +1,4 @@
-"""`hvdcls bench --data imagefolder lmdb`: the data set a bench run reads, and the endless
+"""`hvdcls bench --loader imagefolder lmdb`: the data set a bench run reads, and the endless
 stream of real batches a worker times.
 
 The bench writes one small data set per run into its scratch directory: an ImageFolder tree

@@ -69,7 +69,7 @@ class BenchSpec:
     batch_sizes: list[int] = option([16], flag="--batch-size", help="per worker")
     models: list[str] = option(["resnet50"], flag="--model")
     image_size: int = 64
-    warmup: int = option(3, help="untimed steps first")
+    warmup: int = option(3, flag="--warmup-steps", old=("--warmup",), help="untimed steps first")
     steps: int = option(10, help="timed steps per repetition")
     reps: int = option(3, help="repetitions (median, spread)")
     # Drift hits every cell alike.
@@ -93,7 +93,8 @@ class BenchSpec:
                                           "thresholds to time a step's gradients under (0: no fusion)")
     sweep_cycle_ms: list[float] = option([1.0, 5.0, 20.0], help="with --link-mbit: cycle times, "
                                          "crossed with --sweep-fusion-mb")
-    data: list[str] = option(["memory"], choices=bench_data.DATA_MODES,
+    # --loader: --data is the data set in hvdcls train; --data here was its old name
+    data: list[str] = option(["memory"], flag="--loader", old=("--data",), choices=bench_data.DATA_MODES,
                              help="memory: one batch reused; imagefolder/lmdb: JPEGs written for "
                              "the run, read through the real loader")
     loader_workers: int = option(2, help="loader workers per rank in imagefolder/lmdb cells")
@@ -464,7 +465,7 @@ def validate(spec: BenchSpec) -> None:
             raise UserError(f"{flag} {' '.join(map(str, values))}: must be at least 1")
     for backend in spec.backends:  # every bench has hvdcls cells: their ranks import the binding
         registry.require(backend)
-    not_negative: dict[str, list] = {"--warmup": [spec.warmup], "--loader-workers": [spec.loader_workers],
+    not_negative: dict[str, list] = {"--warmup-steps": [spec.warmup], "--loader-workers": [spec.loader_workers],
                     "--fusion-threshold-mb": [spec.fusion_threshold_mb],
                     "--sweep-fusion-mb": spec.sweep_fusion_mb}
     for flag, values in not_negative.items():
@@ -482,7 +483,7 @@ def validate(spec: BenchSpec) -> None:
                             f"(--np {' '.join(map(str, spec.nps))})")
     if "dynamic" in spec.balances and (max(spec.nps) < 2 or "memory" not in spec.data):
         raise UserError("--balance dynamic balances np>1 cells on memory data: add --np 2 "
-                        "and --data memory")
+                        "and --loader memory")
     # on memory data: where the images come from is no part of what training.zero serves
     sharding.refuse_unservable(spec.zeros, spec.device, [
         (cell, hvdcls_worker_args(replace(cell, data="memory"), spec, Path("cell.json")))

@@ -6,7 +6,7 @@
 The backend (`<backend>/smoke.py`) runs an all-reduce, a broadcast, an all-gather and one
 distributed optimizer step, and reports what it saw. This module, framework-free, decides
 whether each observation is right for this rank and world size, writes `rank-N.json` to
-`--report-dir` and exits non-zero on any failure.
+`--output-dir` and exits non-zero on any failure.
 """
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ class LocalRun:
 def launch_locally(backend: str, launcher: str, np: int, report_dir: Path,
                    capture: bool = True, timeout: float = 400) -> LocalRun:
     """Run `hvdcls smoke` with `np` ranks under `launcher` and collect every rank's report."""
-    command = launch.hvdcls_command("smoke", "--backend", backend, "--report-dir", str(report_dir))
+    command = launch.hvdcls_command("smoke", "--backend", backend, "--output-dir", str(report_dir))
     cmd, env = launch.local_job(launcher, np, command)
     if not capture:
         print(f"$ {' '.join(cmd)}", flush=True)

@@ -1,6 +1,6 @@
 """LMDB data sets: one file holding every image of an ImageFolder, for fast shared reads.
 
-    hvdcls data pack /data/imagenet /data/imagenet.lmdb
+    hvdcls data pack /data/imagenet -o /data/imagenet.lmdb
     hvdcls train --backend torch --data /data/imagenet.lmdb
 
 Layout (version 1): the key `__meta__` holds JSON {format, version, classes, splits:{name: n}};
@@ -105,8 +105,8 @@ class LMDBSource(LabelledSource):
             raise UserError(f"{self.path} has no record {record_key(self.split, int(index)).decode()}")
         return value
 
-    def image(self, index: int):
-        return open_image_bytes(self._record(index)[LABEL.size:], f"{self.path}:{self.split}/{index}")
+    def image(self, index: int, draft=None):
+        return open_image_bytes(self._record(index)[LABEL.size:], f"{self.path}:{self.split}/{index}", draft)
 
 
 _ENVS: dict[tuple[str, int], Any] = {}  # lmdb.Environment
@@ -165,7 +165,7 @@ def open_lmdb(config: Config, path: Path):
 
 
 def main(source: Path, output: Path, progress: bool = True) -> int:
-    """`hvdcls data pack SOURCE OUTPUT`."""
+    """`hvdcls data pack SOURCE -o OUTPUT`."""
     meta = pack(source, output, progress)
     counts = ", ".join(f"{n} {split}" for split, n in meta["splits"].items())
     print(f"wrote {output}: {counts} images, {len(meta['classes'])} classes")

@@ -1,4 +1,5 @@
-"""The service's subcommands for `hvdcls` (serve, serve token, submit, jobs, status, logs, cancel).
+"""The service's subcommands for `hvdcls`: serve, serve token, slurm-script and the job client's
+`hvdcls job submit|list|status|logs|cancel` (before: flat `submit`, `jobs`, ...; still accepted).
 
 Only argparse here: FastAPI, uvicorn and httpx are imported when a command runs, so
 `hvdcls --help` works without the `hvdcls[serve]` extra.
@@ -10,11 +11,12 @@ import importlib
 import os
 from pathlib import Path
 
-from hvdcls import registry
+from hvdcls import flags, registry
 from hvdcls.serve import executors
 from hvdcls.serve.slurm_options import SlurmOptions, add_flags
 
 DEFAULT_STATE_DIR = Path(os.environ.get("HVDCLS_STATE_DIR", "~/.hvdcls/serve")).expanduser()
+STATE_DIR_DEFAULT = "default $HVDCLS_STATE_DIR, else ~/.hvdcls/serve"  # the help's words (not this machine's path)
 DEFAULT_PORT = 8470
 
 
@@ -58,7 +60,7 @@ def run_slurm_script(args: argparse.Namespace) -> int:
     from hvdcls.serve import spec as job_spec
     from hvdcls.serve.executors import slurm_batch
 
-    run_dir = args.run_dir.expanduser().absolute()
+    run_dir = args.output_dir.expanduser().absolute()
     try:
         spec = job_spec.JobSpec(np=args.np, backend=args.backend, elastic=args.elastic, min_np=args.min_np,
                                 max_np=args.max_np)
@@ -82,7 +84,8 @@ def add_slurm_script(sub) -> None:
     parser.add_argument("--np", type=int, required=True, help="processes (Slurm tasks)")
     parser.add_argument("--config", type=Path, help="YAML file, as for hvdcls train")
     parser.add_argument("--name", help="the Slurm job name (default hvdcls)")
-    parser.add_argument("--run-dir", type=Path, required=True, help="the run's output and log directory")
+    flags.old_spellings(parser, parser.add_argument("--output-dir", type=Path, required=True,
+                                                    help="the run's output and log directory"), "--run-dir")
     parser.add_argument("--elastic", action="store_true", help="horovodrun elastic on the allocation's "
                         "usable nodes: --max-np tasks, --no-kill, shrinks on a lost node down to --min-np")
     parser.add_argument("--min-np", type=int)
@@ -98,7 +101,7 @@ def add_serve(sub) -> None:
     parser.add_argument("--hosts", help="inventory HOST:SLOTS,... e.g. worker1:2,worker2:2")
     parser.add_argument("--hosts-file", type=Path, help="one HOST:SLOTS per line")
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
-                        help=f"job table, run directories, token (default {DEFAULT_STATE_DIR})")
+                        help=f"job table, run directories, token ({STATE_DIR_DEFAULT})")
     parser.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"0: any free port (default {DEFAULT_PORT})")
     parser.add_argument("--data-root", type=Path, action="append", default=[], metavar="DIR",
@@ -146,19 +149,26 @@ def add_token_commands(serve: argparse.ArgumentParser) -> None:
     for parser in (add, listed, revoke):
         # SUPPRESS: a --state-dir given before `token` is not undone by this parser's default.
         parser.add_argument("--state-dir", type=Path, default=argparse.SUPPRESS,
-                            help=f"the service's state directory (default {DEFAULT_STATE_DIR})")
+                            help=f"the service's state directory ({STATE_DIR_DEFAULT})")
 
 
-def add_connection(parser: argparse.ArgumentParser, *url_aliases: str) -> None:
-    parser.add_argument("--url", *url_aliases,
-                        help="the service (default: $HVDCLS_SERVE_URL, else STATE_DIR/server.json)")
+def add_connection(parser: argparse.ArgumentParser, *old_url: str) -> None:
+    """How a client finds the service: the same three flags on every command that talks to it."""
+    url = parser.add_argument("--url", help="the service (default: $HVDCLS_SERVE_URL, else STATE_DIR/server.json)")
+    flags.old_spellings(parser, url, *old_url)
     parser.add_argument("--token", help="your token (default: $HVDCLS_SERVE_TOKEN, else STATE_DIR/token)")
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
-                        help="where the service keeps its address and the first admin's token")
+                        help=f"where the service keeps its address and the first admin's token ({STATE_DIR_DEFAULT})")
 
 
 def add_client_commands(sub) -> None:
-    submit = sub.add_parser("submit", help="queue an `hvdcls train` run on the service")
+    """`hvdcls job VERB`, as Ray's `ray job ...`; the flat verbs of before stay for one release."""
+    job = sub.add_parser("job", help="the service's jobs: submit, list, status, logs, cancel "
+                         "(the service: --url or $HVDCLS_SERVE_URL)",
+                         description="Talk to an `hvdcls serve`: its address is --url, else $HVDCLS_SERVE_URL, "
+                         "else the one STATE_DIR/server.json records.")
+    verbs = job.add_subparsers(dest="job_command", required=True, metavar="VERB", action=flags.Commands)
+    submit = verbs.add_parser("submit", help="queue an `hvdcls train` run on the service")
     submit.add_argument("--backend", choices=registry.names(), default="torch")
     submit.add_argument("--np", type=int, required=True, help="processes (slots), started together")
     submit.add_argument("--config", type=Path, help="YAML file, as for hvdcls train")
@@ -176,24 +186,26 @@ def add_client_commands(sub) -> None:
     add_flags(submit, "a service run with --executor slurm")
     submit.add_argument("overrides", nargs="*", metavar="key=value")
     submit.set_defaults(handler=client("submit"))
-    jobs = sub.add_parser("jobs", help="the service's queue and what runs where")
+    jobs = verbs.add_parser("list", help="the service's queue and what runs where")
     jobs.add_argument("--state", dest="job_state", help="only jobs in this state")
     jobs.add_argument("--last", type=int, metavar="N", help="only the N newest (in submission order)")
     jobs.set_defaults(handler=client("jobs"))
-    status = sub.add_parser("status", help="one job: state, hosts, progress, last metrics, run directory")
+    status = verbs.add_parser("status", help="one job: state, hosts, progress, last metrics, run directory")
     status.add_argument("job", type=int)
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=client("status"))
-    logs = sub.add_parser("logs", help="a job's output")
+    logs = verbs.add_parser("logs", help="a job's output")
     logs.add_argument("job", type=int)
     logs.add_argument("-f", "--follow", action="store_true", help="until the job ends")
     logs.add_argument("--stderr", action="store_true")
     logs.set_defaults(handler=client("logs"))
-    cancel = sub.add_parser("cancel", help="cancel a queued or running job")
+    cancel = verbs.add_parser("cancel", help="cancel a queued or running job")
     cancel.add_argument("job", type=int)
     cancel.set_defaults(handler=client("cancel"))
     for parser in (submit, jobs, status, logs, cancel):
         add_connection(parser)
+    for old, parser in (("submit", submit), ("jobs", jobs), ("status", status), ("logs", logs), ("cancel", cancel)):
+        sub.add_old(old, parser.prog.removeprefix(f"{sub._prog_prefix} "), parser)
 
 
 def add_parsers(sub) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from hvdcls import registry
+from hvdcls import flags, registry
 from hvdcls.serve.commands import add_connection
 
 SAMPLERS = ("tpe", "random", "grid")
@@ -18,14 +18,14 @@ def add_parser(sub) -> None:
     parser = sub.add_parser("sweep", help="search hyperparameters: each trial a job of `hvdcls serve`, "
                             "Optuna's searcher and pruning (docs/sweeps.md)",
                             description="A space in Hydra's sweep grammar over a base config; trials run as "
-                            "service jobs, at most --parallel at once; results in --out.")
+                            "service jobs, at most --parallel at once; results in --output-dir.")
     parser.add_argument("overrides", nargs="*", metavar="KEY=SPEC",
                         help="the space: optimizer.lr=tag(log,interval(0.01,1)) training.batch_size=choice(32,64); "
                         "a plain KEY=VALUE is the same in every trial")
     parser.add_argument("--config", type=Path, help="the base config (YAML, as for hvdcls train)")
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
-                        help="the sweep's directory: study.db (the same DIR again resumes), trials.csv/json, "
-                        "best.yaml, sweep.png")
+    flags.old_spellings(parser, parser.add_argument(
+        "--output-dir", type=Path, required=True, metavar="DIR", help="the sweep's directory: study.db (the same "
+        "DIR again resumes), trials.csv/json, best.yaml, sweep.png"), "--out")
     parser.add_argument("--trials", type=int, default=12, metavar="N", help="default 12")
     parser.add_argument("--parallel", type=int, default=2, metavar="K", help="trials at once (default 2)")
     parser.add_argument("--backend", choices=registry.names(), default="torch")
@@ -35,11 +35,12 @@ def add_parser(sub) -> None:
     parser.add_argument("--metric", default="val_accuracy", help="a number of each epoch's record "
                         "(default val_accuracy)")
     parser.add_argument("--direction", choices=DIRECTIONS, default="maximize")
-    parser.add_argument("--seed", type=int, help="the sampler's seed")
+    flags.old_spellings(parser, parser.add_argument("--sampler-seed", type=int, help="the sampler's seed"), "--seed")
     parser.add_argument("--prune-after", type=int, default=2, metavar="N",
                         help="median: no pruning before N trials have finished (default 2)")
-    parser.add_argument("--warmup-epochs", type=int, default=0, metavar="E",
-                        help="median: no trial is pruned in its first E epochs (default 0)")
+    # not --warmup-epochs: that is the learning rate's warmup (schedule.warmup_epochs) wherever it appears
+    flags.old_spellings(parser, parser.add_argument("--grace-epochs", type=int, default=0, metavar="E", help="median: "
+                        "no trial is pruned in its first E epochs (default 0)"), "--warmup-epochs")
     parser.add_argument("--reduction-factor", type=int, default=2, metavar="R",
                         help="asha: the best 1/R of a rung go on (default 2)")
     parser.add_argument("--mlflow", metavar="URI", help="the sweep as an MLflow parent run, each trial a child run")

@@ -2,7 +2,7 @@
 
     hvdcls sweep 'optimizer.lr=tag(log,interval(0.01,1.0))' 'training.batch_size=choice(32,64,128)' \\
         training.epochs=4 --config configs/digits.yaml --trials 12 --parallel 2 --pruner median \\
-        --out sweeps/digits [--mlflow http://127.0.0.1:5000]
+        --output-dir sweeps/digits [--mlflow http://127.0.0.1:5000]
 
 Every check is made before the first job is submitted: the space (hvdcls.sweep.space), the base
 config with the space's fixed values, the flags, the service's address, token and slots. The
@@ -45,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
     if args.sampler == "grid" and searcher.grid_size(params) < limit:
         limit = searcher.grid_size(params)
         print(f"sweep: the grid has {limit} points: {limit} trials")
-    args.out.mkdir(parents=True, exist_ok=True)
-    study = searcher.open_study(args.out, settings, params)
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    study = searcher.open_study(args.output_dir, settings, params)
     check_same_sweep(study, args)
     parent = open_parent(args, study, params, base.output.mlflow_experiment)
     plan = dataclasses.replace(plan, mlflow_parent=parent.run_id if parent else None,
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_flags(args: argparse.Namespace) -> None:
-    least = {"trials": 1, "parallel": 1, "np": 1, "prune_after": 0, "warmup_epochs": 0, "reduction_factor": 2}
+    least = {"trials": 1, "parallel": 1, "np": 1, "prune_after": 0, "grace_epochs": 0, "reduction_factor": 2}
     for name, low in least.items():
         if getattr(args, name) < low:
             raise UserError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= {low}")
@@ -68,7 +68,8 @@ def check_flags(args: argparse.Namespace) -> None:
 
 def search_settings(args: argparse.Namespace) -> searcher.SearchSettings:
     return searcher.SearchSettings(sampler=args.sampler, pruner=args.pruner, direction=args.direction,
-                                   seed=args.seed, prune_after=args.prune_after, warmup_epochs=args.warmup_epochs,
+                                   seed=args.sampler_seed, prune_after=args.prune_after,
+                                   warmup_epochs=args.grace_epochs,
                                    reduction_factor=args.reduction_factor,
                                    startup_trials=max(2, min(10, args.trials // 3)))
 
@@ -76,7 +77,7 @@ def search_settings(args: argparse.Namespace) -> searcher.SearchSettings:
 def make_plan(args: argparse.Namespace, params: list[space.Parameter]) -> trials.Plan:
     base = cfg.read_file(args.config) if args.config else {}
     fixed = {p.key: p.values[0] for p in params if p.kind == "fixed"}
-    name = re.sub(r"[^A-Za-z0-9_.:@+-]", "-", args.name or args.out.absolute().name).lstrip(".:@+-") or "sweep"
+    name = re.sub(r"[^A-Za-z0-9_.:@+-]", "-", args.name or args.output_dir.absolute().name).lstrip(".:@+-") or "sweep"
     return trials.Plan(base=base, fixed=fixed, backend=args.backend, np=args.np, name=name[:90],
                        mlflow_uri=args.mlflow, metric=args.metric, direction=args.direction)
 
@@ -103,7 +104,8 @@ def check_same_sweep(study, args: argparse.Namespace) -> None:
     if found is None:
         study.set_user_attr(SPACE_ATTR, mine)
     elif found != mine:
-        raise UserError(f"{args.out} holds another sweep ({found}); give a new --out, or the same space and flags")
+        raise UserError(f"{args.output_dir} holds another sweep ({found}); give a new --output-dir, or the same "
+                        "space and flags")
 
 
 def sweep_id(study, name: str) -> str:
@@ -121,14 +123,14 @@ def open_parent(args: argparse.Namespace, study, params, experiment: str):
         return None
     from hvdcls.sweep.tracking import ParentRun
 
-    parent = ParentRun(args.mlflow, experiment, study, f"sweep-{args.out.name}")
+    parent = ParentRun(args.mlflow, experiment, study, f"sweep-{args.output_dir.name}")
     parent.log_space(params, {k: getattr(args, k) for k in SETTINGS} | {"trials": args.trials})
     return parent
 
 
 def drive(args, study, params, plan: trials.Plan, jobs, limits: Limits, parent) -> int:
     def changed() -> None:
-        results.write(args.out, results.rows(study.get_trials(deepcopy=False)), plan, args.metric,
+        results.write(args.output_dir, results.rows(study.get_trials(deepcopy=False)), plan, args.metric,
                       args.direction, plot=False)
 
     def closed(number: int, state: str, value: Optional[float]) -> None:
@@ -150,21 +152,21 @@ def drive(args, study, params, plan: trials.Plan, jobs, limits: Limits, parent) 
     finally:
         top = summarise(args, study, plan, say=status != "FAILED")
         if parent is not None:
-            parent.end(args.out, (results.TABLE, results.TABLE_JSON, results.BEST, results.PLOT),
+            parent.end(args.output_dir, (results.TABLE, results.TABLE_JSON, results.BEST, results.PLOT),
                        top.value if top else None, args.metric, status)
     return 0 if top is not None else 1
 
 
 def summarise(args, study, plan: trials.Plan, say: bool = True) -> Optional[results.Row]:
     table = results.rows(study.get_trials(deepcopy=False))
-    top = results.write(args.out, table, plan, args.metric, args.direction)
+    top = results.write(args.output_dir, table, plan, args.metric, args.direction)
     if not say:
         return top
     counts = {state: sum(r.state == state for r in table) for state in ("done", "pruned", "failed", "running")}
-    print(f"sweep: {len(table)} trials ({', '.join(f'{n} {s}' for s, n in counts.items() if n)}) in {args.out}")
+    print(f"sweep: {len(table)} trials ({', '.join(f'{n} {s}' for s, n in counts.items() if n)}) in {args.output_dir}")
     if top is not None:
         print(f"sweep: best trial {top.number}: {args.metric} {top.value:.4f} "
-              f"({shown(top.params)}): {args.out / results.BEST}")
+              f"({shown(top.params)}): {args.output_dir / results.BEST}")
     return top
 
 

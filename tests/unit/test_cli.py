@@ -169,3 +169,69 @@ def test_the_bench_takes_settings_as_trailing_keys_and_lists_no_flag_that_cannot
     with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args(["bench", "--help"])
     assert exit_.value.code == 0 and "--overrides" not in capsys.readouterr().out
+
+
+OLD_COMMANDS = {"submit": "job submit", "jobs": "job list", "status": "job status", "logs": "job logs",
+                "cancel": "job cancel"}
+
+
+@pytest.mark.parametrize("old, new", sorted(OLD_COMMANDS.items()))
+def test_the_job_clients_old_verbs_run_the_new_ones_with_one_note(old, new, capsys):
+    from hvdcls.cli import build_parser, parse
+
+    rest = ["7"] if old in ("status", "logs", "cancel") else ["--np", "1"] if old == "submit" else []
+    args = parse(build_parser(), [old, *rest, "--url", "http://h:1"])
+    assert capsys.readouterr().err == (f"hvdcls: `hvdcls {old}` is now `hvdcls {new}` "
+                                       "(the old spelling goes in the next release)\n")
+    again = parse(build_parser(), [*new.split(), *rest, "--url", "http://h:1"])
+    assert capsys.readouterr().err == ""
+    assert (args.handler.__code__, args.url) == (again.handler.__code__, again.url)
+
+
+@pytest.mark.parametrize("argv, dest, value", [
+    (["sweep", "x=1", "--out", "d"], "output_dir", "d"),  # required: the old name satisfies it
+    (["sweep", "x=1", "--output-dir", "d", "--server", "http://h:1"], "url", "http://h:1"),
+    (["sweep", "x=1", "--output-dir", "d", "--seed", "3"], "sampler_seed", 3),
+    (["sweep", "x=1", "--output-dir", "d", "--warmup-epochs=2"], "grace_epochs", 2),
+    (["slurm-script", "--np", "2", "--run-dir", "r"], "output_dir", "r"),
+    (["smoke", "--backend", "torch", "--report-dir", "r"], "output_dir", "r"),
+    (["bench", "--data", "lmdb", "memory"], "data", ["lmdb", "memory"]),
+    (["bench", "--warmup", "5"], "warmup", 5),
+])
+def test_old_flags_still_work_with_one_note_naming_the_new(argv, dest, value, capsys):
+    from pathlib import Path
+
+    from hvdcls.cli import build_parser, parse
+
+    got = getattr(parse(build_parser(), argv), dest)
+    assert (str(got) if isinstance(got, Path) else got) == value
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"hvdcls {argv[0]}: `--") and "` is now `--" in line and "next release" in line
+
+
+def test_the_help_lists_every_command_by_purpose_and_no_old_name():
+    from hvdcls import cli
+
+    parser = cli.build_parser()
+    [sub] = [a for a in parser._actions if isinstance(a, cli.flags.Commands)]
+    groups = dict(cli.grouped(cli.command_helps(sub)))
+    assert cli.OTHER not in groups, f"put {groups.get(cli.OTHER)} in one of cli.GROUPS"
+    assert list(groups) == [title for title, _ in cli.GROUPS]
+    text = parser.format_help()
+    for old in OLD_COMMANDS:
+        assert f"\n  {old} " not in text
+    for name in ("train", "evaluate", "export", "predict", "lr-find", "job", "bench"):
+        assert f"\n  {name} " in text
+
+
+def test_data_pack_takes_its_file_with_o_and_the_old_positional_with_a_note(tmp_path, capsys):
+    from hvdcls.cli import build_parser, parse, run_pack
+
+    args = parse(build_parser(), ["data", "pack", str(tmp_path), "-o", str(tmp_path / "a.lmdb")])
+    assert args.output == tmp_path / "a.lmdb" and args.old_output is None
+    old = parse(build_parser(), ["data", "pack", str(tmp_path / "none"), str(tmp_path / "a.lmdb")])
+    with pytest.raises(UserError, match="not a directory"):
+        run_pack(old)
+    assert "`data pack SRC OUT` is now `data pack SRC -o OUT`" in capsys.readouterr().err
+    with pytest.raises(UserError, match="-o/--output"):
+        run_pack(parse(build_parser(), ["data", "pack", str(tmp_path)]))

@@ -66,3 +66,22 @@ def test_every_bench_spec_field_is_a_flag_but_the_timeout():
     assert flags.from_args(BenchSpec, args) == BenchSpec(nps=[2], baselines=False, link_mbit=100.0,
                                                         compressions=["fp16", "powersgd"],
                                                         device="cuda")
+
+
+def test_an_old_spelling_is_the_same_flag_hidden_from_help_with_a_note(capsys):
+    @dataclasses.dataclass
+    class Old:
+        loader: list[str] = flags.option(["memory"], old=("--data",))
+
+    parser = argparse.ArgumentParser(prog="p")
+    flags.add_flags(parser, Old)
+    flags.old_spellings(parser, parser.add_argument("--fast", action="store_true"), "--quick", "--rapid")
+    flags.old_spellings(parser, parser.add_argument("--output-dir", required=True), "--out")
+    args = parser.parse_args(["--data", "a", "b", "--rapid", "--out=d"])
+    assert (args.loader, args.fast, args.output_dir) == (["a", "b"], True, "d")
+    assert capsys.readouterr().err.splitlines() == [
+        f"p: `{old}` is now `{new}` (the old spelling goes in the next release)"
+        for old, new in (("--data", "--loader"), ("--rapid", "--fast"), ("--out", "--output-dir"))]
+    assert flags.renamed_flags(parser) == {"--data": "--loader", "--quick": "--fast", "--rapid": "--fast",
+                                           "--out": "--output-dir"}
+    assert "--data" not in parser.format_help() and "--quick" not in parser.format_help()

@@ -223,21 +223,21 @@ def test_slurm_script_prints_the_script_and_writes_the_validated_config(tmp_path
     from hvdcls.cli import main
 
     run_dir = tmp_path / "run"
-    assert main(["slurm-script", "--np", "2", "--run-dir", str(run_dir), "--partition", "debug",
+    assert main(["slurm-script", "--np", "2", "--output-dir", str(run_dir), "--partition", "debug",
                  "--name", "pets", "training.epochs=2"]) == 0
     script = capsys.readouterr().out
     assert script == slurm.batch_script("pets", 2, "torch", run_dir, SlurmOptions(partition="debug"))
     config = cfg.load(run_dir / runner.JOB_CONFIG)
     assert (config.training.epochs, config.output.dir) == (2, str(run_dir))
-    assert main(["slurm-script", "--np", "2", "--run-dir", str(run_dir), "training.epohcs=2"]) == 2
+    assert main(["slurm-script", "--np", "2", "--output-dir", str(run_dir), "training.epohcs=2"]) == 2
     assert "training.epohcs" in capsys.readouterr().err
-    assert main(["slurm-script", "--np", "4", "--elastic", "--min-np", "2", "--run-dir", str(run_dir)]) == 0
+    assert main(["slurm-script", "--np", "4", "--elastic", "--min-np", "2", "--output-dir", str(run_dir)]) == 0
     assert capsys.readouterr().out == slurm.batch_script("hvdcls", 4, "torch", run_dir, SlurmOptions(),
                                                          slurm.Elastic(2, 4))
     assert cfg.load(run_dir / runner.JOB_CONFIG).training.elastic is True
     for bad, said in ((["--min-np", "5"], "elastic: needs min_np <= np <= max_np (got 5, 4, 4)"),
                       (["--launcher", "mpirun"], "--elastic needs horovodrun")):
-        assert main(["slurm-script", "--np", "4", "--elastic", *bad, "--run-dir", str(run_dir)]) == 2
+        assert main(["slurm-script", "--np", "4", "--elastic", *bad, "--output-dir", str(run_dir)]) == 2
         assert said in capsys.readouterr().err
 
 

@@ -207,12 +207,12 @@ def test_best_so_far_follows_the_direction():
     (["optimizer.lr=choice(0.1,0.2)", "--metric", "accuracy"], "--metric accuracy: not a number of metrics.jsonl"),
     (["optimizer.lr=interval(0.1,0.2)", "--sampler", "grid"], "a grid needs choice() or range()"),
     (["optimizer.lr=choice(0.1,0.2)", "training.epochs=0"], "training.epochs"),
-    (["optimizer.lr=choice(0.1,0.2)", "--server", "http://127.0.0.1:9"], "no hvdcls service answers at"),
+    (["optimizer.lr=choice(0.1,0.2)", "--url", "http://127.0.0.1:9"], "no hvdcls service answers at"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_any_job(extra, words, tmp_path, capsys):
     from hvdcls.cli import main
 
-    assert main(["sweep", *extra, "--out", str(tmp_path / "out"), "--state-dir", str(tmp_path)]) == 2
+    assert main(["sweep", *extra, "--output-dir", str(tmp_path / "out"), "--state-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert words in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "out").exists()  # nothing made either
