@@ -8,7 +8,7 @@
 #                                                      # wheels are reused when present)
 #     FIRST=/tmp/hvdcls-rehearsal/out1 STEPS=check tools/gpu_rehearsal.sh   # a second try (PREVIOUS)
 #
-# The GPU host (KINDS.md; docs/benchmarks.md, "First runs on the H200"): Ubuntu 24.04 with GCC
+# The GPU host (KINDS.md; benchmarks/results/2026-12-04-gpu-check/README.md): Ubuntu 24.04 with GCC
 # 13.3, Python 3.12.3 at /opt/torch/.venv with numpy 2.5, torch 2.11.0+cu130, nvcc 13.0, the
 # nvidia-nccl-cu13 wheel, CMake 4, 16 cores; no TensorFlow, no cffi, no omegaconf, no network.
 # What this script has of it here, step by step (each step's seconds in ROOT/rehearsal.json):
@@ -26,7 +26,7 @@
 #            build (NCCL, CUDA kernels for sm_90, make -j$(nproc) as horovod_wheel.py sets it:
 #            -j2 here, -j16 there), then smoke, the digits, the bench and the input pipeline
 #            on the CPU; its OUT is ROOT/out (with the wheel: FIRST=that copy for a second try).
-# Measured 2026-12-06 (docs/benchmarks.md, "The rehearsal"): sysroot 194 s, wheels ~300 s
+# Measured 2026-12-06 (benchmarks/results/2026-12-06-gpu-rehearsal/README.md): sysroot 194 s, wheels ~300 s
 # (2.8 GB), venv 150 s, the build 930 s on 2 loaded cores, the other steps ~4 minutes.
 # Everything runs under `nice -n 10`, the whole under LIMIT_S (default 3600 s). The chroot runs
 # in a private mount namespace (unshare -m), so its mounts go with it. Exit status: gpu_check's.
