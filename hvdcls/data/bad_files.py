@@ -107,12 +107,12 @@ class CheckedSource:
     def label(self, index: int) -> int:
         return self.inner.label(self.substitutes.get(index, index))
 
-    def image(self, index: int):
+    def image(self, index: int, draft=None):
         size = len(self.inner)
         for offset in range(size):
             candidate = (int(index) + offset) % size
             try:
-                image = self.inner.image(candidate)
+                image = self.inner.image(candidate, draft)
             except UnreadableImage as err:
                 self.log.met(err)
                 continue

@@ -56,10 +56,8 @@ class EpochBatches:
         return images, labels
 
     def _one(self, index: int) -> np.ndarray:
-        image = self.source.image(index)
-        if self.train:
-            return self.preprocess.train(image, self.epoch, index)
-        return self.preprocess.eval(image)
+        plan = self.preprocess.plan(self.epoch, index, self.train)  # JPEGs decode only what the crop needs
+        return plan.finish(self.source.image(index, plan.draft))
 
 
 class LoaderWait:

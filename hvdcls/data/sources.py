@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Protocol
+from typing import Callable, Optional, Protocol
 
 import numpy as np
 from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
@@ -17,12 +17,16 @@ from hvdcls.errors import UserError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 HOLDOUT_STREAM = 7919  # keeps the hold-out split's generator apart from the shuffling one
+# An image's upright size -> the smallest decoded size wanted (hvdcls.data.transforms.Plan.draft)
+Draft = Callable[[tuple[int, int]], tuple[int, int]]
 
 
 class ImageSource(Protocol):
     def __len__(self) -> int: ...
     def label(self, index: int) -> int: ...
-    def image(self, index: int) -> Image.Image: ...
+    # draft: called with the upright image's size before decoding, by a source that can
+    # decode smaller (JPEG files); it returns the smallest size wanted (hvdcls.data.transforms.Plan)
+    def image(self, index: int, draft: Optional[Draft] = None) -> Image.Image: ...
 
 
 class LabelledSource:
@@ -44,7 +48,7 @@ class ArraySource(LabelledSource):
     images: np.ndarray
     labels: np.ndarray
 
-    def image(self, index: int) -> Image.Image:
+    def image(self, index: int, draft: Optional[Draft] = None) -> Image.Image:
         return Image.fromarray(self.images[index]).convert("RGB")
 
 
@@ -63,22 +67,38 @@ class SyntheticSource:
     def label(self, index: int) -> int:
         return int(index) % self.num_classes
 
-    def image(self, index: int) -> Image.Image:
+    def image(self, index: int, draft: Optional[Draft] = None) -> Image.Image:
         rng = np.random.default_rng([self.seed, int(index)])
         pixels = rng.integers(0, 256, (self.image_size, self.image_size, 3), dtype=np.uint8)
         return Image.fromarray(pixels)
 
 
-def open_image_bytes(data: bytes, name: str) -> Image.Image:
+def open_image_bytes(data: bytes, name: str, draft: Optional[Draft] = None) -> Image.Image:
     """The image file's bytes as an RGB image, upright as its EXIF orientation says (a phone's
-    photo stored sideways); UnreadableImage naming `name` when it cannot be decoded."""
+    photo stored sideways); UnreadableImage naming `name` when it cannot be decoded. A JPEG is
+    decoded at the smallest of its scales no smaller than what `draft` asks for."""
     try:
         with Image.open(io.BytesIO(data)) as image:
+            if draft is not None and image.format == "JPEG":
+                reduce_jpeg(image, draft)
             return upright(image).convert("RGB")
     except UnidentifiedImageError:  # its message shows a BytesIO address, not the problem
         raise UnreadableImage(name, "not an image format Pillow can identify") from None
     except Exception as err:
         raise UnreadableImage(name, str(err) or type(err).__name__) from None
+
+
+def reduce_jpeg(image: Image.Image, draft: Draft) -> None:
+    """Sets the not yet decoded JPEG `image` to decode at the smallest scale that gives at
+    least the size `draft` wants for its upright size (the header holds both the size and the
+    orientation; a turned image's sides swap)."""
+    turned = image.getexif().get(ExifTags.Base.Orientation, 1) in TURNED
+    width, height = image.size
+    want_width, want_height = draft((height, width) if turned else (width, height))
+    image.draft(image.mode, (want_height, want_width) if turned else (want_width, want_height))
+
+
+TURNED = (5, 6, 7, 8)  # EXIF orientations that turn the image by 90 degrees: width and height swap
 
 
 def upright(image: Image.Image) -> Image.Image:
@@ -97,13 +117,13 @@ class FileSource(LabelledSource):
     paths: list[Path]
     labels: np.ndarray
 
-    def image(self, index: int) -> Image.Image:
+    def image(self, index: int, draft: Optional[Draft] = None) -> Image.Image:
         path = self.paths[index]
         try:
             data = path.read_bytes()
         except OSError as err:
             raise UnreadableImage(str(path), err.strerror or type(err).__name__) from None
-        return open_image_bytes(data, str(path))
+        return open_image_bytes(data, str(path), draft)
 
 
 @dataclass
@@ -117,8 +137,8 @@ class Subset:
     def label(self, index: int) -> int:
         return self.source.label(self.indices[index])
 
-    def image(self, index: int) -> Image.Image:
-        return self.source.image(self.indices[index])
+    def image(self, index: int, draft: Optional[Draft] = None) -> Image.Image:
+        return self.source.image(self.indices[index], draft)
 
 
 @dataclass

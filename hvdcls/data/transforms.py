@@ -5,9 +5,18 @@ Both frameworks receive exactly the same pixels: augmentation draws from a gener
 workers, or whether the run was resumed. A training image goes through the preset's geometry
 (hvdcls.data.presets picks it), the flip, data.augment.policy (hvdcls.data.autoaugment),
 normalisation, then random erasing.
+
+A sample's crop box is drawn before its image is decoded (`Preprocess.plan`): a source that
+can (a JPEG file, hvdcls.data.sources.open_image_bytes) asks the plan, with the size in the
+header, how large the decoded image must be for the box to still hold `image_size` pixels a
+side, and decodes at the smallest of JPEG's scales (1/2, 1/4, 1/8) that does. The random draws
+are the same whatever the source does; the pixels of a reduced decode differ from a full one's
+by the decoder's scaling, which is a box filter over 2x2, 4x4 or 8x8 pixels before our own
+bilinear resize.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -81,32 +90,86 @@ class Preprocess:
         return "imagenet" if preset == "auto" else preset
 
     def train(self, image: Image.Image, epoch: int, index: int) -> np.ndarray:
-        aug = self.config.augment
-        rng = sample_rng(self.seed, epoch, index)
-        out = self.reshape(image, rng)
-        if rng.random() < hflip_probability(self.config, self.geometry):
-            out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        out = apply_policy(aug.policy, out, rng, aug.num_ops, aug.magnitude)
-        return random_erase(self.normalise(out), rng, aug.random_erase)
-
-    def reshape(self, image: Image.Image, rng) -> Image.Image:
-        """The preset's crop, resized to image_size."""
-        aug, size, geometry = self.config.augment, self.config.image_size, self.geometry
-        box = (0, 0, *image.size)
-        if geometry == "imagenet" and aug.random_resized_crop:
-            box = random_resized_crop_box(*image.size, aug.scale, aug.ratio, rng)
-        elif geometry == "small":
-            box = random_resized_crop_box(*image.size, SMALL_SCALE, SMALL_RATIO, rng)
-        out = image.resize((size, size), Image.Resampling.BILINEAR, box=box)
-        if geometry == "small":
-            out = pad_and_crop(out, max(1, round(size * SMALL_PAD)), rng)
-        return out
+        return self.plan(epoch, index, train=True).finish(image)
 
     def eval(self, image: Image.Image) -> np.ndarray:
-        size = self.config.image_size
-        box = centre_crop_box(*image.size, self.config.eval_crop)
-        return self.normalise(image.resize((size, size), Image.Resampling.BILINEAR, box=box))
+        return self.plan(0, 0, train=False).finish(image)
+
+    def plan(self, epoch: int, index: int, train: bool) -> "Plan":
+        """Sample `index`'s preprocessing, to be drawn from the image's size (Plan.draft) before
+        it is decoded, or from the decoded image (Plan.finish) when the source cannot."""
+        return Plan(self, epoch, index, train)
+
+    def crop_box(self, width: int, height: int, rng) -> tuple[int, int, int, int]:
+        """The preset's crop of a training image of this size (the first of its draws)."""
+        aug, geometry = self.config.augment, self.geometry
+        if geometry == "imagenet" and aug.random_resized_crop:
+            return random_resized_crop_box(width, height, aug.scale, aug.ratio, rng)
+        if geometry == "small":
+            return random_resized_crop_box(width, height, SMALL_SCALE, SMALL_RATIO, rng)
+        return 0, 0, width, height
+
+    def augment(self, crop: Image.Image, rng) -> np.ndarray:
+        """A training crop, resized to image_size: the rest of the preset, the flip, the
+        policy, normalisation and random erasing."""
+        aug, size = self.config.augment, self.config.image_size
+        if self.geometry == "small":
+            crop = pad_and_crop(crop, max(1, round(size * SMALL_PAD)), rng)
+        if rng.random() < hflip_probability(self.config, self.geometry):
+            crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        crop = apply_policy(aug.policy, crop, rng, aug.num_ops, aug.magnitude)
+        return random_erase(self.normalise(crop), rng, aug.random_erase)
 
     def normalise(self, image: Image.Image) -> np.ndarray:
         pixels = np.asarray(image, dtype=np.float32) / 255.0
         return (pixels - np.asarray(self.config.mean, np.float32)) / np.asarray(self.config.std, np.float32)
+
+
+class Plan:
+    """One sample's preprocessing, begun before its image is decoded. `draft(size)` draws the
+    crop box from the upright image's size and returns the smallest decoded size that still
+    gives the box image_size pixels a side; `finish(image)` crops the (maybe reduced) image
+    there and does the rest. A source may call draft more than once (hvdcls.data.bad_files
+    reads another file when one fails): each call starts the sample's draws afresh."""
+
+    def __init__(self, preprocess: Preprocess, epoch: int, index: int, train: bool):
+        self.preprocess, self.epoch, self.index, self.train = preprocess, epoch, index, train
+        self.size: Optional[tuple[int, int]] = None  # the full image's, once drawn
+        self.box: tuple[int, int, int, int] = (0, 0, 0, 0)
+        self.rng: Optional[np.random.Generator] = None
+
+    def draft(self, size: tuple[int, int]) -> tuple[int, int]:
+        prep, (width, height) = self.preprocess, size
+        self.size = size
+        if self.train:
+            self.rng = sample_rng(prep.seed, self.epoch, self.index)
+            self.box = prep.crop_box(width, height, self.rng)
+        else:
+            self.box = centre_crop_box(width, height, prep.config.eval_crop)
+        side = prep.config.image_size
+        left, top, right, bottom = self.box
+        # the whole image at the scale where the box's sides are image_size (never above full)
+        return (min(width, math.ceil(width * side / max(1, right - left))),
+                min(height, math.ceil(height * side / max(1, bottom - top))))
+
+    def finish(self, image: Image.Image) -> np.ndarray:
+        if self.size is None:  # the source decoded it whole without asking
+            self.draft(image.size)
+        assert self.size is not None
+        box = scaled_box(self.box, self.size, image.size)
+        side = self.preprocess.config.image_size
+        crop = image.resize((side, side), Image.Resampling.BILINEAR, box=box)
+        if not self.train:
+            return self.preprocess.normalise(crop)
+        assert self.rng is not None
+        return self.preprocess.augment(crop, self.rng)
+
+
+def scaled_box(box: tuple[int, int, int, int], full: tuple[int, int], decoded: tuple[int, int]):
+    """`box`, drawn on an image of size `full`, on the same image decoded at `decoded` (a
+    JPEG's reduced decode rounds its sides up: the ratio of the sizes, not the scale)."""
+    if decoded == full:
+        return box
+    sx, sy = decoded[0] / full[0], decoded[1] / full[1]
+    left, top, right, bottom = box
+    return left * sx, top * sy, right * sx, bottom * sy

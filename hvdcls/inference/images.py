@@ -91,9 +91,9 @@ class ImageFiles:
     def label(self, index: int) -> int:
         return UNREADABLE if index in self.unread else index
 
-    def image(self, index: int) -> Image.Image:
+    def image(self, index: int, draft=None) -> Image.Image:
         try:
-            return self.files.image(index)
+            return self.files.image(index, draft)
         except UnreadableImage:
             self.unread.add(index)
             return Image.new("RGB", (PLACEHOLDER_SIDE, PLACEHOLDER_SIDE))
