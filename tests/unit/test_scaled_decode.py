@@ -2,17 +2,13 @@
 hvdcls.data.sources.open_image_bytes): a large photo is decoded at the smallest scale that still
 gives the crop box image_size pixels a side; the random draws do not depend on it; the pixels
 stay close to a full decode's; a small image decodes whole and comes out exactly as before."""
-import io
-
 import numpy as np
 import pytest
-from PIL import Image
 
 from hvdcls.config import load
 from hvdcls.data.sources import open_image_bytes
 from hvdcls.data.transforms import Preprocess
-
-ORIENTATION = 0x0112
+from tests.unit.test_sources_exif import jpeg
 
 
 def photo_like(width: int, height: int, seed: int = 0) -> np.ndarray:
@@ -27,15 +23,6 @@ def photo_like(width: int, height: int, seed: int = 0) -> np.ndarray:
         out += np.sin(2 * np.pi * (fx * x + fy * y) + phase)[..., None] * channel_mix
     out = (out - out.min()) / (out.max() - out.min())
     return (255 * out).astype(np.uint8)
-
-
-def jpeg(pixels: np.ndarray, orientation=None) -> bytes:
-    exif = Image.Exif()
-    if orientation is not None:
-        exif[ORIENTATION] = orientation
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, "JPEG", quality=90, exif=exif)
-    return out.getvalue()
 
 
 def preprocess(size: int = 32, **augment) -> Preprocess:
