@@ -141,7 +141,7 @@ def old_spellings(parser: argparse.ArgumentParser, action: argparse.Action, *old
 def renamed_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
     """old flag -> its new name, of this parser's flags."""
     return {name: max(action.option_strings, key=len) for action in parser._actions
-            for name in getattr(action, "old_names", ())}
+            if isinstance(action, _Renamed) for name in action.old_names}
 
 
 class Commands(argparse._SubParsersAction):

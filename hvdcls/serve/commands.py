@@ -172,13 +172,13 @@ def add_client_commands(sub) -> None:
     submit.add_argument("--backend", choices=registry.names(), default="torch")
     submit.add_argument("--np", type=int, required=True, help="processes (slots), started together")
     submit.add_argument("--config", type=Path, help="YAML file, as for hvdcls train")
-    submit.add_argument("--name")
+    submit.add_argument("--name", help="the job's name (in hvdcls job list and the console)")
     submit.add_argument("--requeue", action="store_true",
                         help="requeue (resuming) instead of failing if a restart finds it gone")
     submit.add_argument("--elastic", action="store_true",
                         help="resizable: shrunk toward --min-np while jobs wait, grown back toward --max-np")
-    submit.add_argument("--min-np", type=int)
-    submit.add_argument("--max-np", type=int)
+    submit.add_argument("--min-np", type=int, help="with --elastic: the fewest processes it runs on")
+    submit.add_argument("--max-np", type=int, help="with --elastic: the most processes it grows to")
     submit.add_argument("--hang-seconds", type=float, help="end it, failed, after this long without a step")
     submit.add_argument("--idempotency-key", metavar="KEY",
                         help="the submission's key (default: a new one each time): the same key again "
@@ -191,16 +191,16 @@ def add_client_commands(sub) -> None:
     jobs.add_argument("--last", type=int, metavar="N", help="only the N newest (in submission order)")
     jobs.set_defaults(handler=client("jobs"))
     status = verbs.add_parser("status", help="one job: state, hosts, progress, last metrics, run directory")
-    status.add_argument("job", type=int)
-    status.add_argument("--json", action="store_true")
+    status.add_argument("job", type=int, help="the job's id")
+    status.add_argument("--json", action="store_true", help="machine-readable")
     status.set_defaults(handler=client("status"))
     logs = verbs.add_parser("logs", help="a job's output")
-    logs.add_argument("job", type=int)
+    logs.add_argument("job", type=int, help="the job's id")
     logs.add_argument("-f", "--follow", action="store_true", help="until the job ends")
-    logs.add_argument("--stderr", action="store_true")
+    logs.add_argument("--stderr", action="store_true", help="its standard error instead of its output")
     logs.set_defaults(handler=client("logs"))
     cancel = verbs.add_parser("cancel", help="cancel a queued or running job")
-    cancel.add_argument("job", type=int)
+    cancel.add_argument("job", type=int, help="the job's id")
     cancel.set_defaults(handler=client("cancel"))
     for parser in (submit, jobs, status, logs, cancel):
         add_connection(parser)

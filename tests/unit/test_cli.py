@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -199,8 +200,6 @@ def test_the_job_clients_old_verbs_run_the_new_ones_with_one_note(old, new, caps
     (["bench", "--warmup", "5"], "warmup", 5),
 ])
 def test_old_flags_still_work_with_one_note_naming_the_new(argv, dest, value, capsys):
-    from pathlib import Path
-
     from hvdcls.cli import build_parser, parse
 
     got = getattr(parse(build_parser(), argv), dest)
@@ -232,6 +231,18 @@ def test_data_pack_takes_its_file_with_o_and_the_old_positional_with_a_note(tmp_
     old = parse(build_parser(), ["data", "pack", str(tmp_path / "none"), str(tmp_path / "a.lmdb")])
     with pytest.raises(UserError, match="not a directory"):
         run_pack(old)
-    assert "`data pack SRC OUT` is now `data pack SRC -o OUT`" in capsys.readouterr().err
+    assert "`hvdcls data pack SRC OUT` is now `hvdcls data pack SRC -o OUT`" in capsys.readouterr().err
     with pytest.raises(UserError, match="-o/--output"):
         run_pack(parse(build_parser(), ["data", "pack", str(tmp_path)]))
+
+
+def test_docs_cli_md_is_made_from_the_parser():
+    """A flag or command added, renamed or given new help: `python -m hvdcls.cli_doc` rewrites it."""
+    from hvdcls import cli_doc
+
+    text = cli_doc.markdown()
+    assert cli_doc.DOC.read_text() == text, "docs/cli.md is stale: python -m hvdcls.cli_doc rewrites it"
+    for words in ("hvdcls job submit", "hvdcls evaluate", "hvdcls export", "hvdcls predict", "hvdcls lr-find",
+                  "hvdcls serve token add", "hvdcls data pack"):
+        assert f"\n### {words}\n" in text
+    assert "| `hvdcls jobs` | `hvdcls job list` |" in text and str(Path.home()) not in text

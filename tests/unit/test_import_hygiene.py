@@ -24,7 +24,8 @@ def test_help_imports_no_framework():
             "for argv in (['--help'], ['train', '--help'], ['data', 'pack', '--help'],\n"
             "             ['doctor', '--help'], ['smoke', '--help'], ['demo', '--help'],\n"
             "             ['timeline', '--help'], ['report', '--help']):\n"
-            "    assert main(argv) == 0, argv\n")
+            "    assert main(argv) == 0, argv\n"
+            "import hvdcls.cli_doc; hvdcls.cli_doc.markdown()\n")  # docs/cli.md: every command's parser
     assert frameworks_in(modules_loaded_after(code)) == set()
 
 
