@@ -30,6 +30,7 @@ from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.data.sharding import TrainShards
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
+from hvdcls.data.workers import LoaderWorkers
 from hvdcls.training import balance, memory
 
 BALANCE_SETTLE_STEPS = 15  # --balance dynamic: untimed steps for the plan to settle first
@@ -157,7 +158,7 @@ def real_batches(config: cfg.Config, backend, ctx, data: Data) -> LoaderWait:
     return LoaderWait(bench_data.endless_batches(backend, data.train, shards,
                                                  Preprocess(config.data, config.training.seed,
                                                             data.augment.get("preset")),
-                                                 config.data.workers))
+                                                 LoaderWorkers(config.data.workers, ctx.local_size, 1).count))
 
 
 def timed_steps(backend, feed: Feed, steps: int) -> tuple[float, float | None]:

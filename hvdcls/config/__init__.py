@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 
 from hvdcls import pretrained
-from hvdcls.config.checks import CHOICES, get, lr_setting, not_a_choice, validate  # noqa: F401 (get: API)
+from hvdcls.config.checks import CHOICES, get, lr_setting, not_a_choice, validate, workers_setting  # noqa: F401 (get: API)
 from hvdcls.config.schema import *  # noqa: F403 (the schema's names, where they always were)
 from hvdcls.config.schema import SECTIONS, Config
 from hvdcls.errors import UserError
@@ -83,6 +83,7 @@ def load(config_file: Optional[Path] = None, overrides: Sequence[str] = (),
     except OmegaConfBaseException as err:
         raise _one_line(err, "value") from None
     config.optimizer.lr = lr_setting(config.optimizer.lr)  # "0.05" and 1 are numbers: floats
+    config.data.workers = workers_setting(config.data.workers)  # "4" too
     validate(config)
     return config
 

@@ -8,6 +8,7 @@ from typing import Any, Literal, Union
 
 from hvdcls.config.schema import (
     AUTO_LR,
+    AUTO_WORKERS,
     Config,
     DataConfig,
     HorovodConfig,
@@ -39,7 +40,7 @@ POSITIVE = ("data.image_size", "data.synthetic.num_samples", "data.synthetic.num
             "training.ema_steps", "optimizer.trust_coefficient", "optimizer.lr_find.steps",
             "horovod.backward_passes_per_step", "output.keep_checkpoints", "schedule.step_size",
             "horovod.powersgd.rank", "training.balancing.min_batch", "training.balancing.every")
-NON_NEGATIVE = ("data.workers", "optimizer.momentum", "optimizer.weight_decay",
+NON_NEGATIVE = ("optimizer.momentum", "optimizer.weight_decay",
                 "schedule.min_lr_factor", "data.mixup_alpha", "data.cutmix_alpha", "output.checkpoint_every",
                 "training.label_smoothing", "training.seed", "training.profile_steps",
                 "training.stall_timeout_seconds", "training.freeze_epochs",
@@ -189,6 +190,20 @@ def _validate_ema(training: TrainingConfig) -> None:
     if training.elastic:
         raise UserError("config training.ema_decay with training.elastic=true: the EMA weights are "
                         "not part of the elastic state yet; use one or the other")
+
+
+def workers_setting(value: Any) -> Union[int, str]:
+    """data.workers as the run uses it: an int >= 0 (a number in a string too), or "auto"."""
+    if value == AUTO_WORKERS:
+        return AUTO_WORKERS
+    try:
+        number = int(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+    except ValueError:
+        number = None
+    if number is None or number < 0:
+        raise UserError(f"config data.workers={value!r}: a number of loader workers >= 0 "
+                        f"(0 reads in the training process) or {AUTO_WORKERS} (from measured times)")
+    return number
 
 
 def lr_setting(value: Any) -> Union[float, str]:

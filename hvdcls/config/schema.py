@@ -67,7 +67,9 @@ class DataConfig:
     image_size: int = 224
     val_fraction: float = 0.1  # held out of train/ when there is no val/
     eval_crop: float = 0.875  # resize to image_size / eval_crop, then centre-crop
-    workers: int = 2
+    # loader workers per rank (0: read in the training process), or auto: from the measured
+    # load and step times after the first epoch (hvdcls.data.workers)
+    workers: Union[int, str] = 2
     mean: List[float] = field(default_factory=lambda: list(IMAGENET_MEAN))
     std: List[float] = field(default_factory=lambda: list(IMAGENET_STD))
     # An image file that cannot be decoded: fail (exit 2 naming it) or skip (warn once, count it
@@ -87,6 +89,7 @@ class DataConfig:
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
 
+AUTO_WORKERS = "auto"  # data.workers=auto
 AUTO_LR = "auto"  # optimizer.lr=auto: the learning-rate range test picks the rate
 DEFAULT_LR = 0.1  # per 256 images: Goyal et al.'s rule, the schema's default
 

@@ -26,6 +26,7 @@ from hvdcls.data.mixing import BatchMix
 from hvdcls.data.sharding import BalancedShards, ElasticShards, TrainShards, class_balanced_weights, eval_batches
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
+from hvdcls.data.workers import LoaderWorkers
 from hvdcls.observe.classification import RunningMetrics, write_outputs
 from hvdcls.observe.monitor import EpochRecord, LossReads, Monitor, RunInfo, StepSample
 from hvdcls.training import balance, checkpoint, ema, faults, schedule
@@ -262,6 +263,7 @@ class Trainer:
                                     batch_size=config.training.batch_size)
         self.preprocess = Preprocess(config.data, config.training.seed, data.augment.get("preset"))
         self.mix = BatchMix(config.data, data.num_classes, config.training.seed)
+        self.workers = LoaderWorkers(config.data.workers, ctx.local_size, self.passes)
         # Every rank trains the same number of full steps, so images per step are known exactly.
         self.images_per_step = config.training.batch_size * self.passes * ctx.size
         self.ema = ema.schedule_for(config, self.images_per_step)  # None: no model EMA
@@ -298,6 +300,10 @@ class Trainer:
             train, train_seconds, lr, times = self.train_epoch(epoch)
             record = self.end_epoch(epoch, train, lr, train_seconds, times,
                                     self.steps_per_epoch, started)
+            if self.workers.deciding and epoch + 1 < self.config.training.epochs:
+                next_batches = self.epoch_batches(epoch + 1, self.shards.batches(epoch + 1))
+                self.outputs.say(self.workers.choose(next_batches, train_seconds, times.data_wait,
+                                                     self.steps_per_epoch))
             if self.reached_target(record):
                 self.outputs.say(f"validation accuracy {record.val_accuracy:.4f} reached "
                                  f"training.target_accuracy={self.config.training.target_accuracy:g} "
@@ -381,7 +387,7 @@ class Trainer:
         loss_reads = LossReads(self.config.training.log_every)
         first_epoch = epoch == self.first_epoch
         batches = self.faults.stalling(batches, first_step, self.passes, first_epoch)
-        loader = LoaderWait(self.backend.loader(batches, self.config.data.workers))
+        loader = LoaderWait(self.backend.loader(batches, self.workers.count))
         # Asked only once reading is overdue: which loader worker holds the batch waited for.
         def worker():
             return self.backend.loader_worker(loader, batches)
@@ -460,7 +466,7 @@ class Trainer:
         batches = EpochBatches(val, indices, self.preprocess, 0, train=False)
         total = None
         self.phases.enter(EVALUATING)
-        for batch in self.backend.loader(batches, self.config.data.workers):
+        for batch in self.backend.loader(batches, self.workers.count):
             total = add(total, self.backend.eval_step(batch))
             self.phases.beat()
         self.phases.enter(EPOCH_COLLECTIVES)

@@ -30,6 +30,7 @@ from hvdcls.data.mixing import BatchMix
 from hvdcls.data.sharding import TrainShards
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
+from hvdcls.data.workers import LoaderWorkers
 from hvdcls.training import lr_find
 from hvdcls.training.loop import grouped, loss_class_weights
 from hvdcls.training.watchdog import IN_STEP, READING, Phases
@@ -72,11 +73,12 @@ def batches(config: Config, backend: Backend, ctx: Context, data: Data) -> Gener
     shards = TrainShards(len(data.train), ctx.size, ctx.rank, training.batch_size, passes, training.seed)
     preprocess = Preprocess(config.data, training.seed, data.augment.get("preset"))
     mix = BatchMix(config.data, data.num_classes, training.seed)
+    workers = LoaderWorkers(config.data.workers, ctx.local_size, passes)  # auto: the most, as epoch 1 has
     epoch = 0
     while True:
         read = EpochBatches(data.train, shards.batches(epoch), preprocess, epoch, train=True, mix=mix)
         steps = 0
-        for group in grouped(backend.loader(read, config.data.workers), passes):
+        for group in grouped(backend.loader(read, workers.count), passes):
             steps += 1
             yield group
         if not steps:  # no full step in an epoch: the data set is smaller than one global batch

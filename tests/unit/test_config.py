@@ -171,7 +171,8 @@ def test_out_of_choice_values(override, key):
     ("optimizer.lr=-0.1", "config optimizer.lr=-0.1: must be >= 0"),
     ("optimizer.lr=-1", "config optimizer.lr=-1.0: must be >= 0"),  # an int reads as the float it becomes
     ("training.seed=-1", "config training.seed=-1: must be >= 0"),
-    ("data.workers=-2", "config data.workers=-2: must be >= 0"),
+    ("data.workers=-2", "config data.workers=-2: a number of loader workers >= 0 (0 reads in the "
+                        "training process) or auto (from measured times)"),
     ("model.num_classes=0", "config model.num_classes=0: must be > 0 (or null)"),
     ("horovod.fusion_threshold_mb=-1", "config horovod.fusion_threshold_mb=-1.0: must be > 0 (or null)"),
     ("optimizer.momentum=1", "config optimizer.momentum=1.0: must be in [0, 1)"),
