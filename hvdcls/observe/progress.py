@@ -50,6 +50,10 @@ def epoch_line(r: dict) -> str:
             f"{r['images_per_sec']:.1f} img/s | {r['epoch_seconds']:.1f} s")
     if r.get("ema_val_accuracy") is not None:
         line += f" | EMA val loss {r['ema_val_loss']:.4f} acc {r['ema_val_accuracy']:.4f}"
+    # where the step's time went that was not compute: the loader first (the usual culprit on a
+    # GPU), then the all-reduce where the backend times it apart
+    if r.get("data_wait_share") is not None:
+        line += f" | data wait {100 * r['data_wait_share']:.1f} %"
     if r.get("allreduce_share") is not None:
         line += f" | all-reduce wait {100 * r['allreduce_share']:.1f} %"
     return line

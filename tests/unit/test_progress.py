@@ -9,7 +9,7 @@ from hvdcls.observe.progress import Pace, Progress, choose_mode, eta_seconds, fo
 INFO = RunInfo("torch", "compact_cnn", "digits", 2, epochs=2, steps_per_epoch=4, start_epoch=0)
 RECORD = {"epoch": 1, "train_loss": 1.0, "train_accuracy": 0.5, "val_loss": 0.9, "val_accuracy": 0.6,
           "lr": 0.1, "images_per_sec": 100.0, "epoch_seconds": 2.0, "train_seconds": 1.5,
-          "allreduce_share": 0.25}
+          "data_wait_share": 0.125, "allreduce_share": 0.25}
 
 
 class Terminal(io.StringIO):
@@ -67,7 +67,8 @@ def test_lines_every_log_every_steps_then_the_epoch():
     lines = out.getvalue().splitlines()
     assert [line.split(" loss")[0] for line in lines[:2]] == ["epoch 1/2 step 2/4", "epoch 1/2 step 4/4"]
     assert "loss 1.2500" in lines[0] and "img/s" in lines[0] and "eta" in lines[0]
-    assert lines[2].startswith("epoch 1: train loss 1.0000") and "all-reduce wait 25.0 %" in lines[2]
+    assert lines[2].startswith("epoch 1: train loss 1.0000")
+    assert lines[2].endswith("| data wait 12.5 % | all-reduce wait 25.0 %")
     assert lines[3] == "checkpoint somewhere" and len(lines) == 4
 
 
