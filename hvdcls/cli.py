@@ -113,6 +113,16 @@ def lr_value(text: str):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number or auto") from None
 
 
+def workers_value(text: str):
+    """-j/--workers: a count, or auto (chosen from measured times: hvdcls.data.workers)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number or auto") from None
+
+
 def add_train(sub) -> None:
     parser = sub.add_parser("train", help="train a classifier (one process, or many under "
                             "horovodrun/mpirun)", description="Train an image classifier. "
@@ -152,7 +162,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--amp", action="store_true", default=None, help="mixed precision")
     parser.add_argument("--resume", help="a checkpoint or run directory")
     parser.add_argument("--output-dir", help="default runs/<timestamp>-<backend>")
-    parser.add_argument("-j", "--workers", type=int, help="data loader workers per process")
+    parser.add_argument("-j", "--workers", type=workers_value,
+                        help="data loader workers per process, or auto: from the measured load and step times")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--eval-only", "--test-only", dest="eval_only", action="store_true",
                         default=None, help="evaluate the --resume checkpoint and stop")
