@@ -4,6 +4,7 @@ its logic runs against a stand-in in the unit tests.
 """
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Optional, Protocol
 
@@ -37,7 +38,10 @@ class ServiceJobs:
         return sum(h["slots"] for h in hosts) if hosts else None
 
     def submit(self, spec: dict) -> int:
-        return int(self.client.call("POST", "/jobs", json=spec)["id"])
+        """With an idempotency key of its own, as `hvdcls job submit` sends one: a request cut
+        on its way (the service restarting) is sent again and makes the trial's job once."""
+        job, _ = self.client.submit(spec, f"{spec.get('name', 'sweep')}-{uuid.uuid4().hex}")
+        return int(job["id"])
 
     def poll(self, job_id: int) -> JobView:
         job = self.client.call("GET", f"/jobs/{job_id}")

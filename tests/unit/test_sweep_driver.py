@@ -168,6 +168,20 @@ def test_a_pruned_trials_job_is_cancelled_as_pruned():
     assert calls == [("POST", "/jobs/5/cancel", {"params": {"reason": "pruned"}})]
 
 
+def test_each_trial_is_submitted_with_an_idempotency_key_of_its_own():
+    """Through the client's submit, which sends a cut request again with the same key."""
+    keys = []
+
+    class Client:
+        def submit(self, spec, key):
+            keys.append(key)
+            return {"id": len(keys)}, False
+
+    jobs = ServiceJobs(Client())
+    assert [jobs.submit({"name": "digits-t0"}), jobs.submit({"name": "digits-t1"})] == [1, 2]
+    assert keys[0].startswith("digits-t0-") and keys[1].startswith("digits-t1-") and len(set(keys)) == 2
+
+
 def test_a_jobs_view_joins_its_history_and_its_last_epoch():
     job = {"state": "running", "last_metrics": {"epoch": 3, "val_accuracy": 0.7}, "message": None}
     found = trials.view(job, [{"epoch": 1, "val_accuracy": 0.5}, {"epoch": 2, "val_accuracy": None}])
