@@ -61,13 +61,26 @@ def report(sweep: lr_sweep.Sweep, config: cfg.Config, size: int, run_dir: Path) 
     lines = [f"hvdcls lr-find: {size} process(es), global batch {global_batch(config, size)}, rates "
              f"{settings.min_lr:g} to {settings.max_lr:g} over up to {settings.steps} steps: {ended}",
              *tables.text(["lr", "smoothed loss"], rows, align=">>", rule=True)]
-    how = {"valley": f"a tenth of {choice.lr * 10:.4g}, where the smoothed loss is lowest",
-           "flat": "no descent in the sweep: the default rate, 0.1 per 256",
-           "diverged at once": "diverged before any descent: the smallest rate swept"}[choice.reason]
-    lines.append(f"chosen: {choice.lr:.4g} a step ({how}) = optimizer.lr={sweep.config_lr:.4g} "
+    lines.append(f"chosen: {choice.lr:.4g} a step ({how_chosen(sweep)}) = optimizer.lr={sweep.config_lr:.4g} "
                  f"with optimizer.scale_lr={config.optimizer.scale_lr}")
     lines.append(f"curve: {run_dir / PLOT_FILE}, {run_dir / JSON_FILE}")
     return lines
+
+
+def how_chosen(sweep: lr_sweep.Sweep) -> str:
+    """The choice in words: which part of hvdcls.training.lr_find's rule made it."""
+    choice = sweep.choice
+    if choice.reason == "noisy":
+        return (f"the default rate, 0.1 per 256: the curve's noise is {choice.noise:.0%} of its "
+                f"descent, over 1/{lr_find.NOISE_RATIO:g}")
+    if choice.reason == "valley" and choice.at is not None:
+        read = (f"{lr_find.BELOW:g}x {sweep.lrs[choice.at]:.4g}, where the smoothed loss made "
+                f"{lr_find.NEAR_BOTTOM:.0%} of its descent")
+        if choice.shrink < 1:
+            read += f", x{choice.shrink:.2g} for a schedule under {lr_find.SHORT_STEPS} steps"
+        return read
+    return {"flat": "no descent in the sweep: the default rate, 0.1 per 256",
+            "diverged at once": "diverged before any descent: the smallest rate swept"}[choice.reason]
 
 
 def global_batch(config: cfg.Config, size: int) -> int:
@@ -75,14 +88,17 @@ def global_batch(config: cfg.Config, size: int) -> int:
 
 
 def plot(sweep: lr_sweep.Sweep) -> bytes:
-    """The curve as a PNG: each step's loss, the smoothed loss, the rate chosen (matplotlib's
-    Figure with Agg: no pyplot, no display)."""
+    """The curve as a PNG: each step's loss, the smoothed loss, the point read and the rate
+    chosen (matplotlib's Figure with Agg: no pyplot, no display)."""
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(6.4, 4.0), dpi=100, layout="constrained")
     axis = figure.subplots()
     axis.plot(sweep.lrs, sweep.losses, color="0.75", linewidth=1, label="loss (global mean, per step)")
     axis.plot(sweep.lrs, sweep.smoothed, color="C0", linewidth=2, label="smoothed")
+    at = sweep.choice.at
+    if at is not None:  # the point the rule read (the chosen rate lies left of it)
+        axis.plot([sweep.lrs[at]], [sweep.smoothed[at]], "o", color="C3", label=f"read at {sweep.lrs[at]:.3g}")
     axis.axvline(sweep.choice.lr, color="C3", linestyle="--", label=f"chosen {sweep.choice.lr:.3g}")
     axis.set_xscale("log")
     axis.set_xlabel("learning rate (per step)")

@@ -53,8 +53,10 @@ class Sweep:
 
     def as_dict(self, rank_choices: Optional[list] = None) -> dict:
         """summary.json's `lr_find` (and lr_find.json's)."""
-        return {"lr": self.choice.lr, "config_lr": self.config_lr, "reason": self.choice.reason,
-                "rule": lr_find.RULE, "steps": len(self.lrs), "diverged": self.choice.diverged,
+        choice = self.choice
+        return {"lr": choice.lr, "config_lr": self.config_lr, "reason": choice.reason,
+                "rule": lr_find.RULE, "steps": len(self.lrs), "diverged": choice.diverged,
+                "read_at": choice.at, "shrink": choice.shrink, "noise": choice.noise,
                 "seconds": round(self.seconds, 3), "rank_choices": rank_choices,
                 "curve": [[lr, finite(loss), finite(smooth)]
                           for lr, loss, smooth in zip(self.lrs, self.losses, self.smoothed)]}
@@ -105,9 +107,16 @@ def run(config: Config, backend: Backend, ctx: Context, data: Data,
     finally:
         read.close()  # the loader's workers stop now, not when collected
         backend.restore(saved)
-    choice = lr_find.choose(lrs, smoothed, FALLBACK_LR * scale)
+    choice = lr_find.choose(lrs, losses, smoothed, FALLBACK_LR * scale, schedule_steps(config, ctx, data))
     return Sweep(lrs, losses, smoothed, choice, choice.lr / scale if scale else choice.lr,
                  time.perf_counter() - started)
+
+
+def schedule_steps(config: Config, ctx: Context, data: Data) -> int:
+    """The optimizer steps the training to come takes (its epochs x steps an epoch)."""
+    shards = TrainShards(len(data.train), ctx.size, ctx.rank, config.training.batch_size,
+                         config.horovod.backward_passes_per_step, config.training.seed)
+    return config.training.epochs * shards.steps_per_epoch
 
 
 def steps(backend: Backend, planned: list[float], micro_batches: Iterable[list],
