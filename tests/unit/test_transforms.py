@@ -153,6 +153,19 @@ def test_normalise_maths():
     np.testing.assert_allclose(out[0, 1], [1.0, 3.0, 0.5], atol=1e-6)
 
 
+@pytest.mark.parametrize("mean, std", [(None, None), ([0.5] * 3, [0.5] * 3), ([0.2, 0.1, 0.7], [0.3, 1.2, 0.05])])
+def test_normalise_by_table_is_the_float32_arithmetic_bit_for_bit(mean, std):
+    """Every level of every channel: the table's floats are those (x / 255 - mean) / std gives
+    in float32, so runs before and after the table see the same inputs."""
+    config = DataConfig() if mean is None else data_config(mean=mean, std=std)
+    levels = np.arange(256, dtype=np.uint8)
+    pixels = np.stack([levels, levels[::-1], np.roll(levels, 7)], axis=-1).reshape(16, 16, 3)
+    out = Preprocess(config).normalise(Image.fromarray(pixels))
+    arithmetic = (np.asarray(pixels, np.float32) / 255.0 - np.asarray(config.mean, np.float32)) / \
+        np.asarray(config.std, np.float32)
+    assert out.dtype == np.float32 and np.array_equal(out, arithmetic)
+
+
 def test_normalise_with_imagenet_defaults():
     out = Preprocess(DataConfig()).normalise(Image.new("RGB", (1, 1), (255, 0, 128)))
     expected = [(1.0 - 0.485) / 0.229, (0.0 - 0.456) / 0.224, (128 / 255 - 0.406) / 0.225]
