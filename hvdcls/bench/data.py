@@ -97,11 +97,12 @@ def data_flags(mode: str, scratch: Path, loader_workers: int) -> list[str]:
             "--loader-workers", str(loader_workers)]
 
 
-def endless_batches(backend, source, shards, preprocess, workers: int) -> Iterator:
+def endless_batches(backend, source, shards, preprocess, workers: int, train: bool = True) -> Iterator:
     """This rank's training batches through the backend's loader, a new epoch (a new
-    permutation, new augmentation draws) whenever one is used up, as training reads them."""
+    permutation, new augmentation draws) whenever one is used up, as training reads them
+    (train=False: the same samples with the evaluation transform)."""
     from hvdcls.data.batches import EpochBatches
 
     for epoch in itertools.count():
-        batches = EpochBatches(source, shards.batches(epoch), preprocess, epoch, train=True)
+        batches = EpochBatches(source, shards.batches(epoch), preprocess, epoch, train=train)
         yield from backend.loader(batches, workers)
