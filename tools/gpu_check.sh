@@ -122,7 +122,7 @@ PY_TAG=$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])') || die "
 if [[ "$MODE" == gpu ]]; then
     BUDGET_S=${BUDGET_S:-330}
     DEVICE=cuda
-    BENCH=(--model resnet50 --image-size 224 --batch-size 256 --warmup 10 --steps 25 --reps 3)
+    BENCH=(--model resnet50 --image-size 224 --batch-size 256 --warmup-steps 10 --steps 25 --reps 3)
     # 1,024 JPEGs: writing the 4,096 of the first runs took most of the step's 47-70 s there.
     PIPE=(--image-size 224 --batch-size 128 --write-images 1024 --batches 32
           --workers "${LOADER_WORKERS:-$((CORES > 1 ? CORES - 1 : 1))}")
@@ -130,7 +130,7 @@ if [[ "$MODE" == gpu ]]; then
 else
     BUDGET_S=${BUDGET_S:-900}
     DEVICE=cpu
-    BENCH=(--model resnet18 --image-size 32 --batch-size 8 --warmup 2 --steps 3 --reps 2)
+    BENCH=(--model resnet18 --image-size 32 --batch-size 8 --warmup-steps 2 --steps 3 --reps 2)
     PIPE=(--image-size 32 --batch-size 8 --write-images 96 --batches 12 --workers "${LOADER_WORKERS:-1}")
     TRAIN_ARGS="training.epochs=5"  # the digits pass 0.95 by epoch 4 (0.986 seen); 12 take minutes here
 fi

@@ -1,6 +1,6 @@
 """The CLI side of the service (httpx): submit, jobs, status, logs, cancel.
 
-`hvdcls submit` sends an idempotency key (a new UUID, or --idempotency-key) and sends its
+`hvdcls job submit` sends an idempotency key (a new UUID, or --idempotency-key) and sends its
 request again with it when a restart of the service cut it: the service makes the job once.
 
 The address and token come from the flags (--url, --token), the environment ($HVDCLS_SERVE_URL,

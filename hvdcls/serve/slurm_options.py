@@ -2,7 +2,7 @@
 
 One dataclass, each field with its help, its check and the sbatch directive it becomes; from
 it come the spec's `slurm` field (hvdcls.serve.spec: a pydantic model made from these fields),
-the service's defaults (Settings.slurm), the flags of `hvdcls serve`, `hvdcls submit` and
+the service's defaults (Settings.slurm), the flags of `hvdcls serve`, `hvdcls job submit` and
 `hvdcls slurm-script` (hvdcls.serve.commands), the client's request and the batch script's
 `#SBATCH` lines (hvdcls.serve.executors.slurm_batch). Standard library only: the flags are
 built without the `serve` extra.

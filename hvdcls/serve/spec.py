@@ -227,7 +227,7 @@ def resolve(spec: JobSpec, data_roots: list[Path]) -> cfg.Config:
                       flags={"training.elastic": True} if spec.elastic else None)
     if config.training.elastic and not spec.elastic:
         raise UserError("config training.elastic=true: say it in the spec instead (elastic: true, "
-                        "hvdcls submit --elastic), so the service can resize the job")
+                        "hvdcls job submit --elastic), so the service can resize the job")
     for key, why in SERVICE_OWNED.items():
         if cfg.get(config, key) is not None:
             raise UserError(f"config {key}: cannot be set in a job spec ({why})")

@@ -57,7 +57,7 @@ def may_cancel(user: User, owner: Optional[str]) -> bool:
 
 def new_token() -> str:
     """256 random bits, URL-safe, behind a prefix: a bare token_urlsafe starts with "-" one time
-    in 64, and `hvdcls jobs --token -x...` would read it as an option; the prefix also makes a
+    in 64, and `hvdcls job list --token -x...` would read it as an option; the prefix also makes a
     leaked token easy to recognise (and grep for)."""
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 

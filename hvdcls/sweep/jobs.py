@@ -1,5 +1,5 @@
 """The sweep's trials as jobs of a running `hvdcls serve`, through its REST API (hvdcls.serve.client:
-the same address and token as `hvdcls submit`). The driver sees only this small interface, so
+the same address and token as `hvdcls job submit`). The driver sees only this small interface, so
 its logic runs against a stand-in in the unit tests.
 """
 from __future__ import annotations

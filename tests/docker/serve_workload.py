@@ -74,10 +74,10 @@ def main() -> None:
             return False
     wait_for("Prometheus", ready, deadline)
 
-    out["unknown setting"] = hvdcls("submit", "--np", "4", "training.no_such_key=1")
-    out["too many slots"] = hvdcls("submit", "--np", "5")
-    out["job"] = hvdcls("submit", "--backend", "torch", "--np", "4", "--name", "J", *JOB)
-    out["queued"] = hvdcls("submit", "--backend", "torch", "--np", "4", "--name", "Q")
+    out["unknown setting"] = hvdcls("job", "submit", "--np", "4", "training.no_such_key=1")
+    out["too many slots"] = hvdcls("job", "submit", "--np", "5")
+    out["job"] = hvdcls("job", "submit", "--backend", "torch", "--np", "4", "--name", "J", *JOB)
+    out["queued"] = hvdcls("job", "submit", "--backend", "torch", "--np", "4", "--name", "Q")
     job, queued = (int(out[k]["stdout"].split()[1]) for k in ("job", "queued"))
     admin = {"Authorization": f"Bearer {(STATE_DIR / 'token').read_text().strip()}"}  # the first admin's
     out["read without a token"] = httpx.get(f"{SERVICE}/jobs/{job}").status_code
@@ -99,12 +99,12 @@ def main() -> None:
         return (listed, up) if listed and len(up) == 2 else None
     out["service targets"], out["targets"] = wait_for("Prometheus to scrape J's rank 0 found in /targets",
                                                       discovered, deadline)
-    out["cancel Q"] = hvdcls("cancel", str(queued))
-    out["logs -f"] = hvdcls("logs", str(job), "--follow")  # returns when J has ended
-    out["jobs"] = hvdcls("jobs")
-    out["status"] = hvdcls("status", str(job))
-    out["status json"] = json.loads(hvdcls("status", str(job), "--json")["stdout"])
-    out["Q"] = json.loads(hvdcls("status", str(queued), "--json")["stdout"])
+    out["cancel Q"] = hvdcls("job", "cancel", str(queued))
+    out["logs -f"] = hvdcls("job", "logs", str(job), "--follow")  # returns when J has ended
+    out["jobs"] = hvdcls("job", "list")
+    out["status"] = hvdcls("job", "status", str(job))
+    out["status json"] = json.loads(hvdcls("job", "status", str(job), "--json")["stdout"])
+    out["Q"] = json.loads(hvdcls("job", "status", str(queued), "--json")["stdout"])
     out["summary"] = json.loads((Path(out["status json"]["run_dir"]) / "summary.json").read_text())
 
     def after():

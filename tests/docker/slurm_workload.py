@@ -128,7 +128,7 @@ def follow_elastic(job_id: int) -> None:
     out["E log tail"] = log.splitlines()[-60:]  # why, should it fail (its message is stderr's end)
     errors = service.http.get(f"/jobs/{job_id}/logs", params={"stream": "stderr"}).text
     out["E stderr"] = [line for line in errors.splitlines() if "it/s]" not in line][-200:]  # no progress bars
-    out["E status"] = run("hvdcls", "status", str(job_id))
+    out["E status"] = run("hvdcls", "job", "status", str(job_id))
     out["E sinfo"] = run("sinfo", "--noheader", "--Node", "--format=%N %T").splitlines()
     print(json.dumps(out))
 

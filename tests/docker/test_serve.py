@@ -25,7 +25,7 @@ def workload(cluster):
         done = cluster.python("service", Path(__file__).with_name("serve_workload.py"), timeout=1200)
         assert done.returncode == 0, (done.stdout + done.stderr)[-4000:] + cluster.compose(
             "logs", "--tail", "30", "service", "prometheus", check=False).stdout[-4000:]
-        from_launcher = cluster.launcher("hvdcls", "jobs", timeout=60, check=False)  # $HVDCLS_SERVE_URL
+        from_launcher = cluster.launcher("hvdcls", "job", "list", timeout=60, check=False)  # $HVDCLS_SERVE_URL
     finally:
         cluster.stop("service", "prometheus")
     found = json.loads(done.stdout.splitlines()[-1])

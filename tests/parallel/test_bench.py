@@ -19,7 +19,7 @@ def report(tmp_path_factory):
     result = subprocess.run(launch.hvdcls_command(
         "bench", "--backends", "torch", "tensorflow", "--np", "1", "2", "--compression", "none",
         "--model", "mobilenet_v3_small", "--image-size", "32", "--batch-size", "4",
-        "--warmup", "1", "--steps", "2", "--reps", "2", "--output-dir", str(out), "--quiet"),
+        "--warmup-steps", "1", "--steps", "2", "--reps", "2", "--output-dir", str(out), "--quiet"),
         capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     return out, json.loads((out / "bench.json").read_text())

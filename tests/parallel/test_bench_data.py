@@ -1,4 +1,4 @@
-"""A small real `hvdcls bench --data imagefolder lmdb`: the bench writes its JPEGs and LMDB,
+"""A small real `hvdcls bench --loader imagefolder lmdb`: the bench writes its JPEGs and LMDB,
 every rank reads its shard through the real loader (torch DataLoader / tf.data workers), the
 imagefolder cells get their plain-framework baselines and the lmdb cells none. np=2 only, to
 keep it near two minutes on 2 cores (np=1 data cells take the same worker path, minus sharding)."""
@@ -18,8 +18,8 @@ def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench-data")
     result = subprocess.run(launch.hvdcls_command(
         "bench", "--backends", "torch", "tensorflow", "--np", "2", "--compression", "none",
-        "--data", "imagefolder", "lmdb", "--loader-workers", "1", "--model", "mobilenet_v3_small",
-        "--image-size", "32", "--batch-size", "4", "--warmup", "1", "--steps", "2", "--reps", "1",
+        "--loader", "imagefolder", "lmdb", "--loader-workers", "1", "--model", "mobilenet_v3_small",
+        "--image-size", "32", "--batch-size", "4", "--warmup-steps", "1", "--steps", "2", "--reps", "1",
         # MWMS has its own cells in test_bench.py; here the data baselines only, to keep it short
         "--baseline-runners", "raw-horovod", "ddp",
         "--output-dir", str(out), "--quiet"), capture_output=True, text=True, timeout=1200)

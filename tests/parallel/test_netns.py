@@ -118,7 +118,7 @@ def test_sigterm_to_a_shaped_link_bench_kills_its_ranks_and_removes_the_namespac
     out = tmp_path / "bench-out"
     bench = subprocess.Popen(launch.hvdcls_command(
         "bench", "--backends", "torch", "--np", "2", "--compression", "none", "--no-baselines",
-        "--model", "mobilenet_v3_small", "--image-size", "32", "--batch-size", "4", "--warmup", "1",
+        "--model", "mobilenet_v3_small", "--image-size", "32", "--batch-size", "4", "--warmup-steps", "1",
         "--steps", "1000", "--reps", "1", "--link-mbit", "100", "--output-dir", str(out), "--quiet"),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -253,7 +253,7 @@ def run_workload(server: Server, seen: dict, root: Path, prometheus: PrometheusS
     freezer = ThreadPoolExecutor(1)
     c_frozen = freezer.submit(freeze_at_epoch, server, c, 2)
     seen["refusals"] = refusals(server, httpx.Client(base_url=server.url, headers={"Authorization": "Bearer x"}))
-    seen["cli bad key"] = cli(server.state_dir, "submit", "--np", "1", "training.epohcs=2")
+    seen["cli bad key"] = cli(server.state_dir, "job", "submit", "--np", "1", "training.epohcs=2")
     with ThreadPoolExecutor(8) as pool:  # the burst: 50 at once; none fits (2 free, 3 each)
         seen["burst"] = list(pool.map(lambda i: server.submit(3, name=f"burst-{i}"), range(50)))
     seen["burst queued"] = server.http.get("/jobs", params={"state": "queued"}).json()
@@ -288,7 +288,7 @@ def run_workload(server: Server, seen: dict, root: Path, prometheus: PrometheusS
     server.start()
     seen["C after restart"] = server.job(c)
     seen["D after restart"] = server.job(d)
-    seen["logs -f D"] = cli(server.state_dir, "logs", str(d), "-f")
+    seen["logs -f D"] = cli(server.state_dir, "job", "logs", str(d), "-f")
     for name, job_id in seen["ids"].items():
         seen[name] = server.wait(job_id, lambda j: j["state"] in FINAL)
     seen["jobs"] = server.http.get("/jobs").json()

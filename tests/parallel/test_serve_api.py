@@ -114,8 +114,8 @@ def test_an_idempotency_key_gives_back_the_job_it_made(api):
     assert bobs.status_code == 201 and bobs.json()["id"] != first.json()["id"]
     assert who["alice"].post("/jobs", json=spec, headers={"Idempotency-Key": "a b"}).status_code == 422
     elsewhere = str(server.root / "no-state-here")
-    submitted = [hvdcls("submit", "--np", "1", "--name", "cli-keyed", "--idempotency-key", "cli-1", "--url", server.url,
-                        "--token", api["tokens"]["alice"], "--state-dir", elsewhere) for _ in range(2)]
+    submitted = [hvdcls("job", "submit", "--np", "1", "--name", "cli-keyed", "--idempotency-key", "cli-1",
+                        "--url", server.url, "--token", api["tokens"]["alice"], "--state-dir", elsewhere) for _ in range(2)]
     assert [done.returncode for done in submitted] == [0, 0], submitted[0].stderr
     ids = [done.stdout.split()[1] for done in submitted]
     assert ids[0] == ids[1] and submitted[1].stdout.rstrip().endswith("; submitted before with key cli-1)")
@@ -149,21 +149,22 @@ def test_the_cli_shows_owners_and_takes_a_token(api):
     server, tokens = api["server"], api["tokens"]
     mine = server.submit({"np": 1, "name": "mine"}, api["as"]["alice"])
     elsewhere = str(server.root / "no-state-here")  # so that no token file is found
-    listed = hvdcls("jobs", "--url", server.url, "--token", tokens["bob"], "--state-dir", elsewhere)
+    listed = hvdcls("job", "list", "--url", server.url, "--token", tokens["bob"], "--state-dir", elsewhere)
     assert listed.returncode == 0, listed.stderr
     header, *lines = listed.stdout.splitlines()
     assert header.split()[:4] == ["ID", "NAME", "OWNER", "STATE"]
     owners = {line.split()[1]: line.split()[2] for line in lines}
     assert owners["holder"] == "admin" and owners["mine"] == "alice"
-    last = hvdcls("jobs", "--last", "1", "--url", server.url, "--state-dir", elsewhere,
+    last = hvdcls("job", "list", "--last", "1", "--url", server.url, "--state-dir", elsewhere,
                   extra_env={"HVDCLS_SERVE_TOKEN": tokens["alice"]})
     assert [line.split()[0] for line in last.stdout.splitlines()[1:]] == [str(mine["id"])], last.stdout
-    cancel = hvdcls("cancel", str(mine["id"]), "--url", server.url, "--token", tokens["bob"], "--state-dir", elsewhere)
+    cancel = hvdcls("job", "cancel", str(mine["id"]), "--url", server.url, "--token", tokens["bob"],
+                    "--state-dir", elsewhere)
     assert cancel.returncode == 2 and cancel.stderr == (f"hvdcls: error: 403: job {mine['id']} is alice's: only "
                                                         "its owner or an admin may cancel it\n")
-    anonymous = hvdcls("jobs", "--url", server.url, "--state-dir", elsewhere)
+    anonymous = hvdcls("job", "list", "--url", server.url, "--state-dir", elsewhere)
     assert anonymous.returncode == 2 and anonymous.stderr.startswith("hvdcls: error: 401: missing or unknown bearer")
-    status = hvdcls("status", str(mine["id"]), "--state-dir", str(server.state_dir))  # the token file: admin
+    status = hvdcls("job", "status", str(mine["id"]), "--state-dir", str(server.state_dir))  # the token file: admin
     assert "owner: alice" in status.stdout, status.stdout
     server.http.post(f"/jobs/{mine['id']}/cancel")
 

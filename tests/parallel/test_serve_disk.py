@@ -67,7 +67,7 @@ def while_full(server: ServeProcess, queued_id: int) -> dict:
     seen = {"free": shutil.disk_usage(server.state_dir).free}
     reply = server.http.post("/jobs", json={"np": 1, "name": "when-full"})
     seen["submit"] = reply.status_code, reply.json()["detail"]
-    seen["cli"] = hvdcls("submit", "--np", "1", "--state-dir", str(server.state_dir))
+    seen["cli"] = hvdcls("job", "submit", "--np", "1", "--state-dir", str(server.state_dir))
     reply = server.http.post(f"/jobs/{queued_id}/cancel")
     seen["cancel"] = reply.status_code, reply.text
     seen["read"] = server.http.get("/jobs").json()

@@ -42,7 +42,7 @@ def workload(tmp_path_factory):
             server.start()
             out["A"] = server.wait(a, lambda j: j["state"] in FINAL)
             out["A status"] = subprocess.run(
-                launch.hvdcls_command("status", str(a), "--state-dir", str(server.state_dir)),
+                launch.hvdcls_command("job", "status", str(a), "--state-dir", str(server.state_dir)),
                 env=server.env(), capture_output=True, text=True, timeout=120)
         finally:
             server.stop()

@@ -41,9 +41,9 @@ def server(tmp_path):
 def test_a_sweep_runs_its_trials_as_service_jobs_prunes_and_resumes(server, mlflow_server, tmp_path):  # noqa: F811
     alice = server.add_user("alice")
     out = tmp_path / "sweep"
-    command = ["sweep", *SPACE, "--config", str(REPO / "configs" / "digits.yaml"), "--out", str(out),
+    command = ["sweep", *SPACE, "--config", str(REPO / "configs" / "digits.yaml"), "--output-dir", str(out),
                "--trials", "4", "--parallel", "2", "--sampler", "grid", "--seed", "4", "--pruner", "median",
-               "--server", server.url, "--token", alice, "--mlflow", mlflow_server, "--poll-seconds", "0.5"]
+               "--url", server.url, "--token", alice, "--mlflow", mlflow_server, "--poll-seconds", "0.5"]
     too_many = hvdcls(*command, "--parallel", "3")  # 3 x np 1 on 2 slots: refused before any job
     assert too_many.returncode == 2 and too_many.stderr.strip().splitlines() == [
         "hvdcls: error: --parallel 3 x --np 1: 3 slots, and the service has 2"], too_many.stderr
