@@ -18,7 +18,7 @@ def image_dirs(tmp_path_factory):
     base = tmp_path_factory.mktemp("images")
     folder = write_digits_imagefolder(base / "digits")
     packed = base / "digits.lmdb"
-    result = subprocess.run([sys.executable, "-m", "hvdcls", "data", "pack", str(folder), str(packed)],
+    result = subprocess.run([sys.executable, "-m", "hvdcls", "data", "pack", str(folder), "-o", str(packed)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "1437 train, 360 val images, 10 classes" in result.stdout
