@@ -1,0 +1,211 @@
+"""Every measured figure on the pages docs/figures.yaml covers comes from a results file under
+benchmarks/results/ (issue 51 item 1).
+
+docs/figures.yaml maps, page by page and line by line, each figure as the page prints it to the
+file that holds it and the place in that file (a key path into JSON, or a regular expression
+over text). The test reads the value there, rounds it to the decimals the page prints (Python's
+`f"{value:.{d}f}"`, after the entry's scale, e.g. `*100` for a share shown in %), and compares
+the two strings. It fails when a results file is missing, a key or pattern finds nothing, a
+value differs, an anchor names no line or several, or a figure in a covered section is neither
+sourced nor allowed (with its reason) in the YAML.
+
+Pure file parsing: no framework, no run.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+FIGURES = ROOT / "docs" / "figures.yaml"
+
+# A figure, for the scan: a decimal number (a ratio, an accuracy, img/s, seconds) or a whole
+# number followed by a unit of measure. Not part of a version (0.28.1), a date or a word.
+UNIT = r"(?:\s?(?:%|x\b|ms\b|s\b|min\b|img/s\b|MB\b|GB\b|MiB\b|GiB\b|KB\b|Mbit/s\b|Gbit/s\b|µs\b))"
+NUMBER = re.compile(
+    r"(?<![\w.\/])(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d+|\d+(?=" + UNIT + r"))"
+    r"(?=x\b|[^\w.]|\.(?!\d)|$)"
+)
+HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+SELECT = re.compile(r"^(?P<name>[^\[\]]*)(?:\[(?P<sel>[^\]]*)\])?$")
+SCALE = re.compile(r"^(?P<key>.*?)\s*(?P<op>[*/])\s*(?P<factor>[0-9.e+-]+)$")
+
+
+@dataclass
+class Figure:
+    page: str
+    anchor: str
+    text: str  # as printed, without its unit; "#2" names the second occurrence on the line
+    source: str  # relative to benchmarks/results/
+    key: str
+
+
+def load() -> dict[str, Any]:
+    return yaml.safe_load(FIGURES.read_text())
+
+
+def figures(spec: dict[str, Any]) -> list[Figure]:
+    out = []
+    for page, lines in spec["pages"].items():
+        for anchor, sources in (lines or {}).items():
+            for source, keys in sources.items():
+                if source == "allow":
+                    continue
+                for text, key in keys.items():
+                    assert isinstance(text, str), f"{page}: quote the figure {text!r} in {FIGURES.name}"
+                    out.append(Figure(page, anchor, str(text), source, key))
+    return out
+
+
+def lookup(data: Any, path: str) -> Any:
+    """`cells[runner=hvdcls,wait=auto].images_per_sec.median`: dotted names; `[k=v,...]` picks
+    the one list item whose fields print as v, `[3]` an index."""
+    for part in path.split("."):
+        m = SELECT.match(part)
+        assert m, f"bad key segment {part!r}"
+        if m["name"]:
+            data = data[m["name"]]
+        sel = m["sel"]
+        if sel is None:
+            continue
+        if sel.lstrip("-").isdigit():
+            data = data[int(sel)]
+            continue
+        want = dict(item.split("=", 1) for item in sel.split(","))
+        hits = [d for d in data if all(str(d.get(k)) == v for k, v in want.items())]
+        assert len(hits) == 1, f"[{sel}] matches {len(hits)} items"
+        data = hits[0]
+    return data
+
+
+def value(fig: Figure) -> float:
+    path = RESULTS / fig.source
+    assert path.is_file(), f"{fig.page}: {fig.text!r} names {path.relative_to(ROOT)}, which does not exist"
+    key, factor = fig.key, 1.0
+    if not key.startswith("re:"):
+        m = SCALE.match(key)
+        if m:
+            key = m["key"]
+            factor = float(m["factor"]) if m["op"] == "*" else 1.0 / float(m["factor"])
+    text = path.read_text()
+    if key.startswith("re:"):
+        found = re.search(key[3:], text, re.MULTILINE)
+        assert found, f"{fig.source}: no match for {key[3:]!r}"
+        raw: Any = found.group(1)
+    else:
+        raw = lookup(json.loads(text), key)
+    return float(str(raw).replace(",", "")) * factor
+
+
+def printed(number: str, reference: float) -> str:
+    """The reference rounded to the decimals the page prints."""
+    digits = len(number.split(".", 1)[1]) if "." in number else 0
+    return f"{reference:.{digits}f}"
+
+
+def anchored_line(page_lines: list[str], anchor: str, page: str) -> str:
+    hits = [line for line in page_lines if anchor in line]
+    assert len(hits) == 1, f"{page}: anchor {anchor!r} is on {len(hits)} lines, not one"
+    return hits[0]
+
+
+def numbers_on(line: str) -> list[str]:
+    line = re.sub(r"\]\([^)]*\)", "]", line)  # link targets hold dates, not figures
+    line = re.sub(r"`[^`]*`", "", line)  # commands and keys
+    return [m["num"].replace(",", "") for m in NUMBER.finditer(line)]
+
+
+def occurrence(text: str) -> tuple[str, int]:
+    number, _, nth = text.partition("#")
+    return number.replace(",", ""), int(nth or 1)
+
+
+def section_lines(text: str, heading: str) -> list[str]:
+    """The lines under a heading, up to the next heading of its level or above."""
+    out: list[str] = []
+    level = 0
+    fenced = False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        m = None if fenced else HEADING.match(line)
+        if m:
+            if level and len(m[1]) <= level:
+                break
+            if not level and m[2] == heading:
+                level = len(m[1])
+                continue
+        if level:
+            out.append(line)
+    assert level, f"no heading {heading!r}"
+    return out
+
+
+SPEC = load()
+ALL = figures(SPEC)
+
+
+def test_every_source_exists_and_the_page_prints_its_value() -> None:
+    errors = []
+    for fig in ALL:
+        lines = (ROOT / fig.page).read_text().splitlines()
+        try:
+            line = anchored_line(lines, fig.anchor, fig.page)
+            number, nth = occurrence(fig.text)
+            assert numbers_on(line).count(number) >= nth, f"{fig.page}: {fig.text!r} is not on the line {fig.anchor!r}"
+            ref = value(fig)
+            assert printed(number, ref) == number, (
+                f"{fig.page}: {fig.text} on {fig.anchor!r}; {fig.source} {fig.key} gives {ref!r}, "
+                f"printed {printed(number, ref)}"
+            )
+        except (AssertionError, KeyError, IndexError, TypeError, ValueError) as exc:
+            errors.append(str(exc) or repr(exc))
+    assert not errors, "\n".join(errors)
+
+
+@pytest.mark.parametrize("page", sorted(SPEC["pages"]))
+def test_every_figure_of_a_covered_section_is_sourced_or_allowed(page: str) -> None:
+    text = (ROOT / page).read_text()
+    claimed: dict[str, list[str]] = {}
+    for anchor, sources in (SPEC["pages"][page] or {}).items():
+        for keys in sources.values():
+            claimed.setdefault(anchor, []).extend(str(k) for k in keys)  # allow: {figure: reason}
+    loose = []
+    for heading in SPEC["covered"].get(page, []):
+        for line in section_lines(text, heading):
+            if line.lstrip().startswith("```"):
+                continue
+            left = numbers_on(line)
+            for anchor, texts in claimed.items():
+                if anchor not in line:
+                    continue
+                for t in texts:
+                    number, _ = occurrence(t)
+                    if number in left:
+                        left.remove(number)
+            loose += [f"{page} [{heading}]: {n} in {line.strip()[:100]!r}" for n in left]
+    assert not loose, "figures with no source and no reason:\n" + "\n".join(loose)
+
+
+@pytest.mark.parametrize("script", sorted(RESULTS.glob("*/figures.py")), ids=lambda p: p.parent.name)
+def test_a_results_figures_json_is_what_its_figures_py_computes(script: Path) -> None:
+    spec = importlib.util.spec_from_file_location(f"figures_{script.parent.name}", script)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    written = json.loads((script.parent / "figures.json").read_text())
+    assert written == json.loads(json.dumps(module.figures())), f"run python {script.relative_to(ROOT)}"
+
+
+def test_covered_pages_exist() -> None:
+    for page in SPEC["covered"]:
+        assert (ROOT / page).is_file()
+        assert page in SPEC["pages"], f"{page} is covered but has no figures listed"
