@@ -246,3 +246,28 @@ def test_docs_cli_md_is_made_from_the_parser():
                   "hvdcls serve token add", "hvdcls data pack"):
         assert f"\n### {words}\n" in text
     assert "| `hvdcls jobs` | `hvdcls job list` |" in text and str(Path.home()) not in text
+
+
+def every_parser():
+    """(command words, parser) of every hvdcls command and subcommand."""
+    from hvdcls import cli_doc
+    from hvdcls.cli import build_parser
+
+    return [(" ".join(words), parser) for words, parser, _ in cli_doc.walk(build_parser(), [])]
+
+
+def test_one_spelling_per_meaning_across_the_commands():
+    """The issue-51 names stay the only ones: old spellings exist as hidden aliases alone, and
+    whatever talks to the service takes --url, --token and --state-dir alike."""
+    retired = {"--out", "--run-dir", "--report-dir", "--server", "--out-dir", "--outdir"}
+    for words, parser in every_parser():
+        shown = {s for action in parser._actions for s in action.option_strings}
+        assert not shown & retired, (words, shown & retired)
+        if "--token" in shown:
+            assert {"--url", "--state-dir"} <= shown, words
+        if "--warmup-epochs" in shown:  # the learning rate's warmup, wherever it appears
+            [action] = [a for a in parser._actions if "--warmup-epochs" in a.option_strings]
+            assert "schedule.warmup_epochs" in action.help, words
+        if "--data" in shown:  # a data set (train, lr-find, evaluate), never a loader mode
+            [action] = [a for a in parser._actions if "--data" in a.option_strings]
+            assert action.choices is None, words
