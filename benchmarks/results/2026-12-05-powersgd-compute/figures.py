@@ -1,0 +1,37 @@
+"""Figures derived from the benches here, written to figures.json (docs/figures.yaml reads it):
+the outside CPU over the cells of the benches docs/benchmarks.md's table quotes (in percent, the
+loopback bench's DDP cells apart), and DDP's best PowerSGD img/s at 100 Mbit/s over the three
+benches at that link (before, after, with float16 factors) with hvdcls's float16 factors over it.
+Run: python figures.py (it rewrites figures.json); tests/unit/test_doc_figures.py checks that
+figures.json is what this computes.
+"""
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TABLE = ("loopback-after", "link-100-after", "link-100-fp16-factors", "link-1000")
+LINK_100 = ("link-100-before", "link-100-after", "link-100-fp16-factors")
+
+
+def cells(bench: str) -> list:
+    return json.loads((HERE / bench / "bench.json").read_text())["cells"]
+
+
+def figures() -> dict:
+    quiet, loopback_ddp = [], []
+    for bench in TABLE:
+        for c in cells(bench):
+            share = c["outside_cpu_share"] * 100
+            (loopback_ddp if bench == "loopback-after" and c["runner"] == "ddp" else quiet).append(share)
+    ddp_best = max(c["images_per_sec"]["median"] for b in LINK_100 for c in cells(b) if c["runner"] == "ddp")
+    (fp16,) = [c for c in cells("link-100-fp16-factors") if c["runner"] == "hvdcls"]
+    return {
+        "outside_cpu_percent": {"min": min(quiet), "max": max(quiet)},
+        "outside_cpu_percent_loopback_ddp": {"min": min(loopback_ddp), "max": max(loopback_ddp)},
+        "link_100_ddp_best_img_s": ddp_best,
+        "link_100_fp16_factors_over_ddp_best": fp16["images_per_sec"]["median"] / ddp_best,
+    }
+
+
+if __name__ == "__main__":
+    (HERE / "figures.json").write_text(json.dumps(figures(), indent=1, sort_keys=True) + "\n")
