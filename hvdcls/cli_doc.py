@@ -87,7 +87,7 @@ def section(words: list[str], parser: argparse.ArgumentParser, help: str) -> lis
     sub = subcommands(parser)
     if sub is not None:
         verbs = cli.command_helps(sub)
-        lines += [f"{sub.metavar}: " + ", ".join(f"`{v}`" for v in verbs) + " (below).", ""]
+        lines += ["Subcommands: " + ", ".join(f"`{v}`" for v in verbs) + " (below).", ""]
     table = rows(parser)
     if table:
         lines += ["| argument | value | default | help |", "|---|---|---|---|", *table, ""]
