@@ -9,7 +9,7 @@
 # 2. Gloo's float16 sums. Horovod's bundled Gloo sums float16 (fp16 compression) with its
 #    generic template, one scalar half-to-float conversion and back per element: an fp16
 #    all-reduce takes 2.6-3.1x the time of a float32 one of twice the bytes
-#    (benchmarks/results/2026-12-04-link-1000/README.md, "Why Horovod's fp16 does not pay on CPU"). Gloo's F16C versions are
+#    (docs/benchmarks.md, "Why Horovod's fp16 does not pay on CPU"). Gloo's F16C versions are
 #    in gloo/math.cc, which that Gloo's CMake never compiles. Every compile gets
 #    -DGLOO_USE_AVX=1 (so gloo/math.h declares the specialisations, in Gloo and in Horovod's
 #    gloo_operations.cc alike), and the compile of gloo/types.cc, which every Gloo library
