@@ -28,8 +28,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 FIGURES = ROOT / "docs" / "figures.yaml"
 
 # A figure, for the scan: a decimal number (a ratio, an accuracy, img/s, seconds) or a whole
-# number followed by a unit of measure. Not part of a version (0.28.1), a date or a word.
-UNIT = r"(?:\s?(?:%|x\b|ms\b|s\b|min\b|img/s\b|MB\b|GB\b|MiB\b|GiB\b|KB\b|Mbit/s\b|Gbit/s\b|µs\b))"
+# number followed by a unit of measure ("4x" is a figure, "2 x 32" a shape); not part of a
+# version (0.28.1), a date or a word.
+UNIT = r"(?:x\b|\s?(?:%|ms\b|s\b|min\b|img/s\b|MB\b|GB\b|MiB\b|GiB\b|KB\b|Mbit/s\b|Gbit/s\b|µs\b))"
 NUMBER = re.compile(
     r"(?<![\w.\/])(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d+|\d+(?=" + UNIT + r"))"
     r"(?=x\b|[^\w.]|\.(?!\d)|$)"
