@@ -45,6 +45,7 @@ def figures() -> dict:
         "np2_over_np1_plus_startup": seconds["hvdcls", 2, 32] / (seconds["hvdcls", 1, 64] + startup_gap),
         "first_evaluation_lead_over_ddp": ddp["first_evaluation_seconds"] - two["first_evaluation_seconds"],
         "epoch_slower_than_ddp": two["epoch_seconds_after_it"] - ddp["epoch_seconds_after_it"],
+        "np2_slower_than_ddp_seconds": seconds["hvdcls", 2, 32] - seconds["ddp", 2, 32],
     }
     return out
 
