@@ -13,6 +13,7 @@ Pure file parsing: no framework, no run.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import re
@@ -90,6 +91,16 @@ def lookup(data: Any, path: str) -> Any:
     return data
 
 
+@functools.cache
+def read(path: Path) -> str:
+    return path.read_text()
+
+
+@functools.cache
+def parsed(path: Path) -> Any:
+    return json.loads(read(path))
+
+
 def value(fig: Figure) -> float:
     path = RESULTS / fig.source
     assert path.is_file(), f"{fig.page}: {fig.text!r} names {path.relative_to(ROOT)}, which does not exist"
@@ -99,13 +110,12 @@ def value(fig: Figure) -> float:
         if m:
             key = m["key"]
             factor = float(m["factor"]) if m["op"] == "*" else 1.0 / float(m["factor"])
-    text = path.read_text()
     if key.startswith("re:"):
-        found = re.search(key[3:], text, re.MULTILINE)
+        found = re.search(key[3:], read(path), re.MULTILINE)
         assert found, f"{fig.source}: no match for {key[3:]!r}"
         raw: Any = found.group(1)
     else:
-        raw = lookup(json.loads(text), key)
+        raw = lookup(parsed(path), key)
     return float(str(raw).replace(",", "")) * factor
 
 

@@ -1,6 +1,7 @@
 """Figures derived from bench.txt (four alternating benches an arm: `before-N` the reduction
 after backward, `after-N` started in backward), written to figures.json (docs/figures.yaml reads
-it): per arm, the zero 1 cell's "vs zero 0" and "allreduce wait" by bench, and the medians.
+it): per arm, the zero 1 cell's "vs zero 0" and "allreduce wait" by bench, their
+ranges and the medians.
 Run: python figures.py (it rewrites figures.json); tests/unit/test_doc_figures.py checks that
 figures.json is what this computes.
 """
@@ -31,6 +32,9 @@ def figures() -> dict:
             out[arm]["allreduce_wait_percent"].append(float(cells[header.index("allreduce wait")].rstrip("%")))
             arm = None
     for arm_figures in out.values():
+        for key in ("vs_zero_0", "allreduce_wait_percent"):
+            arm_figures[f"{key}_min"] = min(arm_figures[key])
+            arm_figures[f"{key}_max"] = max(arm_figures[key])
         arm_figures["vs_zero_0_median"] = statistics.median(arm_figures["vs_zero_0"])
     return out
 
