@@ -211,6 +211,13 @@ def test_every_figure_of_a_covered_section_is_sourced_or_allowed(page: str) -> N
     assert not loose, "figures with no source and no reason:\n" + "\n".join(loose)
 
 
+@pytest.mark.parametrize("page", sorted(SPEC["pages"]))
+def test_every_line_listed_is_on_the_page_once(page: str) -> None:
+    lines = (ROOT / page).read_text().splitlines()
+    for anchor in SPEC["pages"][page] or {}:
+        anchored_line(lines, anchor, page)
+
+
 @pytest.mark.parametrize("script", sorted(RESULTS.glob("*/figures.py")), ids=lambda p: p.parent.name)
 def test_a_results_figures_json_is_what_its_figures_py_computes(script: Path) -> None:
     spec = importlib.util.spec_from_file_location(f"figures_{script.parent.name}", script)
