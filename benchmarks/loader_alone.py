@@ -66,11 +66,13 @@ def timed_images(args: argparse.Namespace) -> dict[str, int]:
 # --- inside one pipeline's process ---------------------------------------------------------
 
 def cpu_seconds() -> float:
-    """User + system CPU of this process and its live descendants (DataLoader workers)."""
+    """User + system CPU of this process, its live descendants (DataLoader workers) and the
+    descendants it has reaped (a loader's workers stopped at the end of an epoch)."""
     import psutil
 
     me = psutil.Process()
-    total = 0.0
+    reaped = me.cpu_times()
+    total = reaped.children_user + reaped.children_system
     for proc in [me, *me.children(recursive=True)]:
         try:
             times = proc.cpu_times()
@@ -165,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     warmup = args.warmup_steps or 2 * args.loader_workers
     samples = photos.sample_photos()
     roots = {}
-    for size in args.sizes:  # every repetition reads within one epoch: warm-up + timed + a batch
-        count = images[size] + (warmup + 1) * args.batch_size
+    for size in args.sizes:  # every repetition reads within one epoch: warm-up + timed + 2 batches
+        count = images[size] + (warmup + 2) * args.batch_size
         roots[size] = photos.write_photo_set(args.photo_dir, photos.SIZES[size], count, samples)
     procs, skipped = {}, {}
     for pipeline in args.pipelines:

@@ -58,6 +58,7 @@ def hvdcls_batches(pipeline: str, root: Path, train: bool, batch_size: int, work
 
     config = cfg.load(None, ["data.name=imagefolder", f"data.path={root}", f"data.image_size={SIZE}",
                              f"data.eval_crop={SIZE / RESIZE}", "data.augment.preset=imagenet",
+                             "data.val_fraction=1e-9",  # one image held out: train/ is the epoch
                              f"data.workers={workers}", f"training.batch_size={batch_size}"], {})
     data = datasets.open_data(config)
     shards = TrainShards(len(data.train), 1, 0, batch_size, seed=0)
