@@ -73,7 +73,7 @@ def figures(spec: dict[str, Any]) -> list[Figure]:
 def lookup(data: Any, path: str) -> Any:
     """`cells[runner=hvdcls,wait=auto].images_per_sec.median`: dotted names; `[k=v,...]` picks
     the one list item whose fields print as v, `[3]` an index."""
-    for part in path.split("."):
+    for part in re.split(r"\.(?![^\[]*\])", path):  # dots inside [...] are values
         m = SELECT.match(part)
         assert m, f"bad key segment {part!r}"
         if m["name"]:
