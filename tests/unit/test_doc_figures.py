@@ -217,10 +217,15 @@ def test_every_figure_of_a_covered_section_is_sourced_or_allowed(page: str) -> N
 
 
 @pytest.mark.parametrize("page", sorted(SPEC["pages"]))
-def test_every_line_listed_is_on_the_page_once(page: str) -> None:
+def test_every_line_listed_is_on_the_page(page: str) -> None:
+    """Once where it names a results file; a line with only settings may repeat (a generated
+    table)."""
     lines = (ROOT / page).read_text().splitlines()
-    for anchor in SPEC["pages"][page] or {}:
-        anchored_line(lines, anchor, page)
+    for anchor, sources in (SPEC["pages"][page] or {}).items():
+        if set(sources) <= {"allow", "unsourced"}:
+            assert any(anchor in line for line in lines), f"{page}: no line has {anchor!r}"
+        else:
+            anchored_line(lines, anchor, page)
 
 
 @pytest.mark.parametrize("script", sorted(RESULTS.glob("*/figures.py")), ids=lambda p: p.parent.name)
