@@ -1,11 +1,13 @@
 """Figures derived from the benches here, written to figures.json (docs/figures.yaml reads it):
 the outside CPU over the cells of the benches docs/benchmarks.md's table quotes (in percent, the
 loopback bench's DDP cells apart), and DDP's best PowerSGD img/s at 100 Mbit/s over the three
-benches at that link (before, after, with float16 factors) with hvdcls's float16 factors over it.
+benches at that link (before, after, with float16 factors) with hvdcls's float16 factors over it;
+from skinny.txt, how many times slower M @ Q ran than (Q^T M^T)^T per shape, and the range.
 Run: python figures.py (it rewrites figures.json); tests/unit/test_doc_figures.py checks that
 figures.json is what this computes.
 """
 import json
+import re
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -25,7 +27,10 @@ def figures() -> dict:
             (loopback_ddp if bench == "loopback-after" and c["runner"] == "ddp" else quiet).append(share)
     ddp_best = max(c["images_per_sec"]["median"] for b in LINK_100 for c in cells(b) if c["runner"] == "ddp")
     (fp16,) = [c for c in cells("link-100-fp16-factors") if c["runner"] == "hvdcls"]
+    timings = re.findall(r"M @ Q ([0-9.]+) ms, \(Q\^T M\^T\)\^T ([0-9.]+) ms", (HERE / "skinny.txt").read_text())
+    skinny = [float(tall) / float(wide) for tall, wide in timings]
     return {
+        "skinny_times_slower": {"min": min(skinny), "max": max(skinny)},
         "outside_cpu_percent": {"min": min(quiet), "max": max(quiet)},
         "outside_cpu_percent_loopback_ddp": {"min": min(loopback_ddp), "max": max(loopback_ddp)},
         "link_100_ddp_best_img_s": ddp_best,
