@@ -57,12 +57,14 @@ ENDPOINT = re.compile(r"metrics: Prometheus endpoint on http://(\S+)/metrics")
 
 class Server:
     """`hvdcls serve` as a subprocess; restartable on the same state directory. hosts=None: no
-    inventory (--executor slurm among the options); extra_env is added to its environment."""
+    inventory (--executor slurm among the options); extra_env is added to its environment;
+    own_group: in a process group of its own (one a crash hook may kill, not the test's)."""
 
     def __init__(self, state_dir: Path, data_root: Path, log: Path, hosts: str | None = "localhost:4",
-                 *options: str, extra_env: dict | None = None):
+                 *options: str, extra_env: dict | None = None, own_group: bool = False):
         self.state_dir, self.data_root, self.log = state_dir, data_root, log
         self.hosts, self.options, self.extra_env = hosts, options, extra_env or {}
+        self.own_group = own_group
         self.process = None
 
     def env(self) -> dict:
@@ -75,7 +77,8 @@ class Server:
                                         "--port", "0", "--data-root", str(self.data_root), "--grace-seconds", "5",
                                         *self.options)
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env())
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env(),
+                                            start_new_session=self.own_group)
         deadline = time.time() + 60
         while not (self.state_dir / "server.json").exists():
             assert self.process.poll() is None and time.time() < deadline, self.log.read_text()[-3000:]
