@@ -4,9 +4,11 @@ benchmarks/results/ (issue 51 item 1).
 docs/figures.yaml maps, page by page and line by line, each figure as the page prints it to the
 file that holds it and the place in that file (a key path into JSON, or a regular expression
 over text). The test reads the value there (times the entry's scale, e.g. `*100` for a share
-shown in %), rounds it half up to the decimals the page prints, and compares the two strings. It fails when a results file is missing, a key or pattern finds nothing, a
-value differs, an anchor names no line or several, or a figure in a covered section is neither
-sourced nor allowed (with its reason) in the YAML.
+shown in %), rounds it half up to the decimals the page prints, and compares the two strings.
+It fails when a results file is missing, a key or pattern finds nothing, a value differs, a
+listed line is not on its page, or a figure of a covered page or section is listed nowhere: not
+sourced, not `allow`ed (a setting, a target, a count), not `dated` (CI minutes and the like,
+kept once with date and machine), not `unsourced` (the list of what is left to measure).
 
 Pure file parsing: no framework, no run.
 """
@@ -180,7 +182,8 @@ def test_every_source_exists_and_the_page_prints_its_value() -> None:
         try:
             line = anchored_line(lines, fig.anchor, fig.page)
             number, nth = occurrence(fig.text)
-            assert ANY_NUMBER.findall(re.sub(r"(?<=\d),(?=\d{3})", "", line)).count(number) >= nth, f"{fig.page}: {fig.text!r} is not on the line {fig.anchor!r}"
+            on_line = ANY_NUMBER.findall(re.sub(r"(?<=\d),(?=\d{3})", "", line))
+            assert on_line.count(number) >= nth, f"{fig.page}: {fig.text!r} is not on the line {fig.anchor!r}"
             ref = value(fig)
             assert number in printed(number, ref), (
                 f"{fig.page}: {fig.text} on {fig.anchor!r}; {fig.source} {fig.key} gives {ref!r}, "
@@ -243,6 +246,22 @@ def test_a_results_figures_json_is_what_its_figures_py_computes(script: Path) ->
 
 
 def test_covered_pages_exist() -> None:
-    for page in SPEC["covered"]:
+    for page, covered in SPEC["covered"].items():
         assert (ROOT / page).is_file()
         assert page in SPEC["pages"], f"{page} is covered but has no figures listed"
+        for heading in [] if covered == "all" else covered:
+            section_lines((ROOT / page).read_text(), heading)
+
+
+def test_the_rounding_rule() -> None:
+    assert printed("1.18", 1.1793) == {"1.18"}
+    assert printed("1.00", 0.99651901993954) == {"1.00"}
+    assert printed("0.95", 0.945) == {"0.94", "0.95"}  # exactly half-way: either
+    assert printed("4", 4.0000000000000036) == {"4"}
+    assert printed("1.00", 1.0061938723799027) == {"1.01"}  # the page must print 1.01
+
+
+def test_what_the_scan_counts_as_a_figure() -> None:
+    line = "| hvdcls | 2 x 32 | 4.7 (4.4-5.4) | 0.89-0.96x | 94 MB | 1,571 img/s | torch 2.14.1 | np=2 |"
+    assert numbers_on(line) == ["4.7", "4.4", "5.4", "0.89", "0.96", "94", "1571"]
+    assert numbers_on("see [x](../results/2026-12-05-a/README.md) and `--lr 0.4`") == []
