@@ -1,32 +1,22 @@
 """Figures derived from bench.json (with hvdcls-horovodrun), written to figures.json (docs/figures.yaml
-reads it): for torch at np=2, per global batch (`gGLOBAL`), hvdcls's median seconds over DDP's
-and hvdcls's start-up (the median of each run's seconds less summary.json's seconds_to_target).
-Run: python figures.py (it rewrites figures.json); tests/unit/test_doc_figures.py checks that
-figures.json is what this computes.
+reads it): the same figures as the quiet run's, computed by its figures.py over this run's
+bench.json. Run: python figures.py (it rewrites figures.json); tests/unit/test_doc_figures.py
+checks that figures.json is what this computes.
 """
+import importlib.util
 import json
-import statistics
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+QUIET = HERE.parent / "2026-12-04-to-accuracy-quiet" / "figures.py"
+_spec = importlib.util.spec_from_file_location("quiet_figures", QUIET)
+assert _spec is not None and _spec.loader is not None
+_quiet = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_quiet)
 
 
 def figures() -> dict:
-    cells = [
-        c for c in json.loads((HERE / "bench.json").read_text())["cells"]
-        if c["backend"] == "torch" and c["np"] == 2
-    ]
-    ddp = {c["global_batch"]: c["seconds"]["median"] for c in cells if c["runner"] == "ddp"}
-    out = {}
-    for c in cells:
-        if c["runner"] == "hvdcls":
-            out[f"g{c['global_batch']}"] = {
-                "hvdcls_over_ddp_seconds": c["seconds"]["median"] / ddp[c["global_batch"]],
-                "startup_seconds": statistics.median(
-                    run["seconds"] - run["summary_seconds_to_target"] for run in c["run_results"]
-                ),
-            }
-    return out
+    return _quiet.figures(HERE)
 
 
 if __name__ == "__main__":

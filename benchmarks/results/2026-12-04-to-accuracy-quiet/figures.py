@@ -11,9 +11,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def figures() -> dict:
+def figures(here: Path = HERE) -> dict:
+    """From `here`'s bench.json (the launcher run's figures.py reuses this on its own)."""
     cells = [
-        c for c in json.loads((HERE / "bench.json").read_text())["cells"]
+        c for c in json.loads((here / "bench.json").read_text())["cells"]
         if c["backend"] == "torch" and c["np"] == 2
     ]
     ddp = {c["global_batch"]: c["seconds"]["median"] for c in cells if c["runner"] == "ddp"}
