@@ -42,7 +42,7 @@ def test_a_sweep_runs_its_trials_as_service_jobs_prunes_and_resumes(server, mlfl
     alice = server.add_user("alice")
     out = tmp_path / "sweep"
     command = ["sweep", *SPACE, "--config", str(REPO / "configs" / "digits.yaml"), "--output-dir", str(out),
-               "--trials", "4", "--parallel", "2", "--sampler", "grid", "--seed", "4", "--pruner", "median",
+               "--trials", "4", "--parallel", "2", "--sampler", "grid", "--sampler-seed", "4", "--pruner", "median",
                "--url", server.url, "--token", alice, "--mlflow", mlflow_server, "--poll-seconds", "0.5"]
     too_many = hvdcls(*command, "--parallel", "3")  # 3 x np 1 on 2 slots: refused before any job
     assert too_many.returncode == 2 and too_many.stderr.strip().splitlines() == [
