@@ -103,24 +103,21 @@ def run_train(args: argparse.Namespace) -> int:
     return train.run(args.backend, args.config, args.overrides, train_flags(args))
 
 
-def lr_value(text: str):
-    """--lr: a number, or auto (the range test picks it)."""
-    if text == "auto":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number or auto") from None
+def number_or_auto(convert, what: str):
+    """An argparse type: "auto", or `convert(text)` (a ValueError naming `what` for the rest)."""
+    def value(text: str):
+        if text == "auto":
+            return text
+        try:
+            return convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} or auto") from None
+
+    return value
 
 
-def workers_value(text: str):
-    """-j/--workers: a count, or auto (chosen from measured times: hvdcls.data.workers)."""
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number or auto") from None
+lr_value = number_or_auto(float, "a number")  # --lr: auto, the range test picks it
+workers_value = number_or_auto(int, "a whole number")  # -j: auto, from measured times (hvdcls.data.workers)
 
 
 def add_train(sub) -> None:
