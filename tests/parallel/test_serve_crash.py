@@ -37,7 +37,7 @@ from hvdcls.serve import faults, launches
 from tests.serve_server import FINAL, ServeProcess
 
 STANDIN = Path(__file__).resolve().parents[1] / "serve_standin.py"
-ROUND_SECONDS = float(os.environ.get("HVDCLS_CRASH_SECONDS", "150"))
+ROUND_SECONDS = float(os.environ.get("HVDCLS_CRASH_SECONDS", "60"))
 ROUNDS = int(os.environ.get("HVDCLS_CRASH_ROUNDS", "0"))  # 0: as many as ROUND_SECONDS allow
 # Rounds take ~5 s on a loaded 2-core machine; the drain after them up to a few minutes.
 pytestmark = [pytest.mark.parallel, pytest.mark.timeout(600 + (30 * ROUNDS or 2 * ROUND_SECONDS))]
