@@ -42,6 +42,7 @@ setup(
         "serve": requirements("serve"),  # hvdcls serve / submit / jobs / ... (docs/serve.md)
         "track": requirements("track"),  # hvdcls train --mlflow URI (docs/tracking.md)
         "models": requirements("models"),  # hvdcls export / predict with ONNX, safetensors (docs/models.md)
+        "fast-jpeg": requirements("fast-jpeg"),  # simplejpeg: faster JPEG decoding (hvdcls/data/turbo_jpeg.py)
         # The sweep (docs/sweeps.md): Optuna, and the search space's parser, of which hydra-core
         # itself cannot be listed, as its metadata caps omegaconf below our pin; `make setup`
         # installs it --no-deps (requirements/sweep-space.txt), and its missing is one line naming that.

@@ -6,7 +6,8 @@
 #   2. a virtual environment (.venv) with torch + torchvision, TensorFlow (Keras 3), mpi4py
 #      built against that OpenMPI, the service's extra (hvdcls[serve]: FastAPI, uvicorn,
 #      SQLAlchemy, pydantic, httpx), MLflow's client (hvdcls[track]), Optuna and Hydra's override
-#      parser (hvdcls[sweep]), the test tools (with an MLflow server), and this package (editable);
+#      parser (hvdcls[sweep]), simplejpeg (hvdcls[fast-jpeg]), the test tools (with an MLflow
+#      server), and this package (editable);
 #   3. Horovod 0.28.1 built for this exact environment by tools/horovod_wheel.py, cached
 #      under ~/.cache/hvdcls/wheels and reused on the next run.
 #
@@ -83,7 +84,7 @@ requirement_files() {
     local tf=requirements/tensorflow.txt
     [ "$GPU" = 1 ] && tf=requirements/tensorflow-gpu.txt
     echo requirements/core.txt requirements/serve.txt requirements/track.txt requirements/sweep.txt \
-        requirements/models.txt requirements/torch.txt "$tf" requirements/test.txt
+        requirements/models.txt requirements/fast-jpeg.txt requirements/torch.txt "$tf" requirements/test.txt
 }
 
 # hydra-core goes in without its dependencies (requirements/sweep-space.txt says why): pip's resolver
