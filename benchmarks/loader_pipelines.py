@@ -4,9 +4,11 @@ training transform (random-resized crop, flip, normalise) or the evaluation one 
 256, centre crop 224, normalise), `workers` decoding in parallel.
 
 - `hvdcls-torch`, `hvdcls-tf`: hvdcls's own batches (hvdcls.data.batches.EpochBatches, with
-  the JPEG scaled decode of hvdcls.data.transforms.Plan) behind the backend's real loader:
-  torch_backend.data.loader (a DataLoader of worker processes) and tf_backend.data.loader
-  (tf.data's parallel map, `workers` threads), a new loader each epoch as training makes.
+  the JPEG scaled decode of hvdcls.data.transforms.Plan, simplejpeg's decoder where it is
+  installed) behind the backend's real loader: torch_backend.data.loader (a DataLoader of
+  worker processes) and tf_backend.data.loader (tf.data's parallel map, `workers` threads),
+  a new loader each epoch as training makes; uint8 pixels handed over and normalised after
+  (HandOver), as the backends train.
 - the peers, each as a user of it writes it, with no hvdcls code:
   - `torchvision`: ImageFolder + RandomResizedCrop(224) + RandomHorizontalFlip + ToTensor +
     Normalize (eval: Resize(256) + CenterCrop(224) + ToTensor + Normalize) + DataLoader;
@@ -66,7 +68,22 @@ def hvdcls_batches(pipeline: str, root: Path, train: bool, batch_size: int, work
         from torch_backend import data as backend_data
     else:
         from tf_backend import data as backend_data  # type: ignore[no-redef]
-    return endless_batches(backend_data, data.train, shards, Preprocess(config.data, 0), workers, train)
+    return endless_batches(HandOver(backend_data, config.data), data.train, shards, Preprocess(config.data, 0),
+                           workers, train)
+
+
+class HandOver:
+    """The backend's loader as its training backend calls it: uint8 pixels from the workers,
+    normalised after the hand-over (torch: here, in the process that takes the batches, on
+    the CPU as TorchBackend.to_device does on a CPU run; tensorflow: inside tf.data), so the
+    normalisation's CPU time is counted."""
+
+    def __init__(self, backend_data, data_config):
+        self.data, self.mean, self.std = backend_data, data_config.mean, data_config.std
+
+    def loader(self, batches, workers: int) -> Iterator:
+        for images, labels in self.data.loader(batches, workers, uint8=True):
+            yield self.data.normalise(images, self.mean, self.std), labels
 
 
 def torchvision_batches(pipeline: str, root: Path, train: bool, batch_size: int, workers: int) -> Iterator:

@@ -202,7 +202,8 @@ class TensorFlowBackend(HorovodBackend):
         self._ema_update = tf.function(self._ema_update_eager)
 
     def loader(self, batches: EpochBatches, workers: int):
-        return data.loader(batches, workers)
+        # uint8 pixels from the workers, normalised by a tf.data op
+        return data.loader(batches, workers, uint8=isinstance(batches, EpochBatches))
 
     def set_frozen(self, frozen: bool) -> None:
         if frozen != self.frozen:  # a new trace: the tape's sources change

@@ -1,11 +1,14 @@
 """Batches for the PyTorch backend: the core's EpochBatches behind torch's DataLoader.
 
 Mirror: tf_backend/data.py. Which samples form which batch, and every pixel in them, is
-decided by the core; DataLoader adds parallel workers and prefetching.
+decided by the core; DataLoader adds parallel workers and prefetching. With `uint8` the
+workers hand over uint8 pixels (a quarter of the bytes through the queue and the pinned
+copy, no float work in the workers) and `normalise` makes them the core's floats on the
+training device (TorchBackend.to_device).
 """
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -15,22 +18,34 @@ from torch_backend.models import to_channels_first
 
 
 class BatchDataset(Dataset):
-    """Item k is the whole batch k, assembled inside a worker."""
+    """Item k is the whole batch k, assembled inside a worker (uint8 pixels where asked and
+    the batches allow it: EpochBatches.uint8_ok)."""
 
-    def __init__(self, batches: EpochBatches):
-        self.batches = batches
+    def __init__(self, batches: EpochBatches, uint8: bool = False):
+        self.batches, self.uint8 = batches, uint8
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __getitem__(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        images, labels = self.batches[k]
+        images, labels = self.batches.read(k, self.uint8) if self.uint8 else self.batches[k]
         return to_channels_first(torch.from_numpy(images)), torch.from_numpy(labels)
 
 
-def loader(batches: EpochBatches, workers: int, pin_memory: bool = False) -> DataLoader:
-    return DataLoader(BatchDataset(batches), batch_size=None, shuffle=False, num_workers=workers,
+def loader(batches: EpochBatches, workers: int, pin_memory: bool = False, uint8: bool = False) -> DataLoader:
+    return DataLoader(BatchDataset(batches, uint8), batch_size=None, shuffle=False, num_workers=workers,
                       pin_memory=pin_memory, prefetch_factor=2 if workers else None)
+
+
+def normalise(images: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
+    """uint8 NCHW pixels as hvdcls.data.transforms.Preprocess.normalise's float32 (its table
+    is this arithmetic, in this order, in float32), on the images' device; float images pass."""
+    if images.dtype != torch.uint8:
+        return images
+    shape = (1, -1, 1, 1)
+    mean_t = torch.tensor(mean, dtype=torch.float32, device=images.device).view(shape)
+    std_t = torch.tensor(std, dtype=torch.float32, device=images.device).view(shape)
+    return images.float().div_(255.0).sub_(mean_t).div_(std_t)
 
 
 def waited_worker(iterator: Optional[Iterator]) -> Optional[str]:

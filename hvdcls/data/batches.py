@@ -20,7 +20,8 @@ from hvdcls.data.transforms import Preprocess
 @dataclass
 class EpochBatches:
     """Batch k of one epoch on this rank: (images float32 NHWC, labels int64), or with batch
-    mixing on, (mixed images, targets float32 (N, classes))."""
+    mixing on, (mixed images, targets float32 (N, classes)); `read(k, uint8=True)`: the
+    images as uint8 pixels, normalised by the backend after the hand-over."""
 
     source: ImageSource
     batches: list[np.ndarray]  # sample indices per batch, from hvdcls.data.sharding
@@ -40,24 +41,35 @@ class EpochBatches:
     def __len__(self) -> int:
         return len(self.batches)
 
+    @property
+    def uint8_ok(self) -> bool:
+        """Whether batches can be handed over as uint8 pixels (`read`): not when something
+        must run on the normalised floats in the worker (random erasing, batch mixing)."""
+        return not self.soft_classes and not self.preprocess.floats_only(self.train)
+
     def __getitem__(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.read(k)
+
+    def read(self, k: int, uint8: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Batch k; with `uint8` (the caller checked uint8_ok) its images as uint8 NHWC pixels,
+        which the backend normalises after the hand-over to Preprocess.normalise's floats."""
         self.readers[k] = threading.get_native_id()
         try:
-            return self._read(k)
+            return self._read(k, uint8 and self.uint8_ok)
         finally:
             self.readers.pop(k, None)
 
-    def _read(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _read(self, k: int, uint8: bool = False) -> tuple[np.ndarray, np.ndarray]:
         indices = self.batches[k]
-        images = np.stack([self._one(int(i)) for i in indices])
+        images = np.stack([self._one(int(i), uint8) for i in indices])
         labels = np.asarray([self.source.label(int(i)) for i in indices], np.int64)
         if self.soft_classes and self.mix is not None:
             return self.mix(images, labels, self.epoch, int(indices[0]))
         return images, labels
 
-    def _one(self, index: int) -> np.ndarray:
+    def _one(self, index: int, uint8: bool) -> np.ndarray:
         plan = self.preprocess.plan(self.epoch, index, self.train)  # JPEGs decode only what the crop needs
-        return plan.finish(self.source.image(index, plan.draft))
+        return plan.finish(self.source.image(index, plan.draft), uint8)
 
 
 class LoaderWait:

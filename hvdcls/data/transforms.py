@@ -13,6 +13,10 @@ side, and decodes at the smallest of JPEG's scales (1/2, 1/4, 1/8) that does. Th
 are the same whatever the source does; the pixels of a reduced decode differ from a full one's
 by the decoder's scaling, which is a box filter over 2x2, 4x4 or 8x8 pixels before our own
 bilinear resize.
+
+A sample that needs no float work (no random erasing) can stop at its uint8 pixels
+(`Plan.finish(image, uint8=True)`): a backend then normalises the batch after the loader
+hands it over, to the same floats (hvdcls.data.batches.EpochBatches.read).
 """
 from __future__ import annotations
 
@@ -113,13 +117,21 @@ class Preprocess:
     def augment(self, crop: Image.Image, rng) -> np.ndarray:
         """A training crop, resized to image_size: the rest of the preset, the flip, the
         policy, normalisation and random erasing."""
+        return random_erase(self.normalise(self.augment_pixels(crop, rng)), rng, self.config.augment.random_erase)
+
+    def augment_pixels(self, crop: Image.Image, rng) -> Image.Image:
+        """What of `augment` works on uint8 pixels: the rest of the preset, the flip, the policy."""
         aug, size = self.config.augment, self.config.image_size
         if self.geometry == "small":
             crop = pad_and_crop(crop, max(1, round(size * SMALL_PAD)), rng)
         if rng.random() < hflip_probability(self.config, self.geometry):
             crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        crop = apply_policy(aug.policy, crop, rng, aug.num_ops, aug.magnitude)
-        return random_erase(self.normalise(crop), rng, aug.random_erase)
+        return apply_policy(aug.policy, crop, rng, aug.num_ops, aug.magnitude)
+
+    def floats_only(self, train: bool) -> bool:
+        """Whether a sample needs float work after normalising (random erasing of a training
+        crop), so that it cannot be handed over as uint8 pixels (Plan.finish)."""
+        return train and self.config.augment.random_erase > 0
 
     def normalise(self, image: Image.Image) -> np.ndarray:
         """(pixel / 255 - mean) / std in float32, read from a table of the 256 values each
@@ -166,17 +178,22 @@ class Plan:
         return (min(width, math.ceil(width * side / max(1, right - left))),
                 min(height, math.ceil(height * side / max(1, bottom - top))))
 
-    def finish(self, image: Image.Image) -> np.ndarray:
+    def finish(self, image: Image.Image, uint8: bool = False) -> np.ndarray:
+        """The sample as float32 normalised HWC, or with `uint8` (where Preprocess.floats_only
+        allows it) its uint8 pixels before normalising: the backend normalises them after the
+        hand-over, a quarter of the bytes through the loader's queue."""
         if self.size is None:  # the source decoded it whole without asking
             self.draft(image.size)
         assert self.size is not None
         box = scaled_box(self.box, self.size, image.size)
         side = self.preprocess.config.image_size
         crop = image.resize((side, side), Image.Resampling.BILINEAR, box=box)
-        if not self.train:
-            return self.preprocess.normalise(crop)
-        assert self.rng is not None
-        return self.preprocess.augment(crop, self.rng)
+        if self.train:
+            assert self.rng is not None
+            if not uint8:
+                return self.preprocess.augment(crop, self.rng)
+            crop = self.preprocess.augment_pixels(crop, self.rng)
+        return np.asarray(crop) if uint8 else self.preprocess.normalise(crop)
 
 
 def scaled_box(box: tuple[int, int, int, int], full: tuple[int, int], decoded: tuple[int, int]):

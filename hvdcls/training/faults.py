@@ -72,10 +72,10 @@ class StallingBatches(EpochBatches):
     hold_at: int = -1
     reason: str = ""
 
-    def _read(self, k: int):
+    def _read(self, k: int, uint8: bool = False):
         if k == self.hold_at:
             _hold(self.reason)
-        return super()._read(k)
+        return super()._read(k, uint8)
 
 
 @dataclass(frozen=True)

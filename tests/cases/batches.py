@@ -9,6 +9,8 @@ defining the module-scoped `framework` fixture: an object with
     name, cpu (the backend's device value), batch(images NHWC, labels) -> a framework batch,
     ema_names(backend) -> the names of the weights the EMA averages
     raw_loader(batches, workers) -> the backend's loader itself (framework tensors)
+    backend_loader(batches, workers) -> (images NHWC float32 as training gets them, the dtype
+        the loader handed over) from the backend class's loader
     loader_worker(loader, batches) -> what the backend's loader_worker says
     worker_named -> a pattern of what it says while a loader worker holds a batch
 """
@@ -65,6 +67,27 @@ def reference_loss(targets: np.ndarray, logits: np.ndarray, smoothing: float) ->
     log_softmax = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
     smoothed = (1 - smoothing) * targets + smoothing / targets.shape[1]
     return float(-(smoothed * log_softmax).sum(1).mean())
+
+
+# Without erasing or mixing (they need the floats in the worker), the workers hand over uint8.
+UINT8_AUGMENTATIONS = {"randaugment": dict(preset="imagenet", policy="randaugment"),
+                       "small+flip": dict(preset="small", hflip=0.5)}
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_uint8_hand_over_normalises_to_the_cores_floats(framework, train):
+    """The backend's own loader hands over uint8 and normalises after it (torch: on the device,
+    in to_device); the floats are the core's within 1e-6; erasing or mixing keeps floats."""
+    for name, augment in UINT8_AUGMENTATIONS.items():
+        batches = epoch_batches(augment, {})
+        batches.train = train
+        received = list(framework.backend_loader(batches, 1))
+        assert len(received) == len(batches)
+        for k, (images, handed_over) in enumerate(received):
+            assert handed_over == "uint8" and images.dtype == np.float32, name
+            assert np.abs(images - batches[k][0]).max() <= 1e-6, (name, k)
+    erasing = epoch_batches(*AUGMENTATIONS["randaugment+mixup"])
+    assert [handed for _, handed in framework.backend_loader(erasing, 1)] == ["float32"] * len(erasing)
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
@@ -131,11 +154,11 @@ class HeldBatches(EpochBatches):
 
     release: Path = Path("/nonexistent")
 
-    def _read(self, k: int):
+    def _read(self, k: int, uint8: bool = False):
         deadline = time.monotonic() + 60
         while k == 1 and not self.release.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        return super()._read(k)
+        return super()._read(k, uint8)
 
 
 def held_batches(release: Path) -> HeldBatches:

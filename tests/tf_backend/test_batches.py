@@ -38,6 +38,21 @@ class TensorFlowFramework:
             yield images.numpy(), labels.numpy()
 
     @staticmethod
+    def backend_loader(batches, workers):
+        """tf.data normalises inside the loader: what its Python workers handed over is what
+        EpochBatches.read returned them (one worker: in order)."""
+        handed, read = [], batches.read
+
+        def spy(k, uint8=False):
+            images, labels = read(k, uint8)
+            handed.append(str(images.dtype))
+            return images, labels
+
+        batches.read = spy
+        for images, _ in object.__new__(backend_class()).loader(batches, workers):
+            yield images.numpy(), handed.pop(0)
+
+    @staticmethod
     def loss_and_correct(targets, logits, smoothing):
         """TensorFlowBackend.loss and .sums themselves, on a stand-in for the built backend."""
         built = SimpleNamespace(smoothing=smoothing, num_classes=targets.shape[1])

@@ -30,6 +30,14 @@ class TorchFramework:
             yield images.permute(0, 2, 3, 1).numpy(), labels.numpy()
 
     @staticmethod
+    def backend_loader(batches, workers):
+        backend = object.__new__(TorchBackend)
+        backend.device, backend.memory_format = torch.device("cpu"), torch.contiguous_format
+        for images, _ in backend.loader(batches, workers):
+            handed_over = str(images.dtype).replace("torch.", "")
+            yield backend.to_device(images).permute(0, 2, 3, 1).numpy(), handed_over
+
+    @staticmethod
     def loss_and_correct(targets, logits, smoothing):
         """As TorchBackend.train_step computes them (its criterion, its dominant label)."""
         logits, targets = torch.from_numpy(logits), torch.from_numpy(targets)
