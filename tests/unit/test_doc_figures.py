@@ -55,8 +55,20 @@ class Figure:
     key: str
 
 
-def load() -> dict[str, Any]:
-    return yaml.safe_load(FIGURES.read_text())
+class _UniqueKeys(yaml.SafeLoader):
+    """yaml.safe_load keeps the last of two equal keys: a line listed twice on a page would hide
+    the first listing's figures from every check."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        keys = [self.construct_object(key, deep=deep) for key, _ in node.value]
+        twice = sorted({str(k) for k in keys if keys.count(k) > 1})
+        if twice:
+            raise yaml.constructor.ConstructorError(None, None, f"listed twice: {twice}", node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load(text: str | None = None) -> dict[str, Any]:
+    return yaml.load(FIGURES.read_text() if text is None else text, Loader=_UniqueKeys)
 
 
 def figures(spec: dict[str, Any]) -> list[Figure]:
@@ -251,6 +263,11 @@ def test_covered_pages_exist() -> None:
         assert page in SPEC["pages"], f"{page} is covered but has no figures listed"
         for heading in [] if covered == "all" else covered:
             section_lines((ROOT / page).read_text(), heading)
+
+
+def test_a_line_listed_twice_is_refused() -> None:
+    with pytest.raises(yaml.constructor.ConstructorError, match="listed twice"):
+        load('pages:\n  README.md:\n    "a line": {allow: {"1": x}}\n    "a line": {allow: {"2": y}}\n')
 
 
 def test_the_rounding_rule() -> None:
