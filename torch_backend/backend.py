@@ -7,9 +7,7 @@ hvdcls.horovod_backend.HorovodBackend's, given horovod.torch here.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import pickle
-import time
 from contextlib import contextmanager, nullcontext
 from functools import partial
 from importlib.metadata import version as installed_version
@@ -21,14 +19,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hvdcls import fileio, powersgd
+from hvdcls import fileio, powersgd, strategy
 from hvdcls.backend import TOP_K, EvalSums, LazyArrays, Sums, add
 from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.errors import UserError
-from hvdcls.horovod_backend import HorovodBackend, sleep_until_done, waits_asleep
-from torch_backend import compiled, data, elastic, finetune, models, optimizers, recompute, zero
-from torch_backend.compression import PowerSGDReducer, horovod_exchange
+from hvdcls.horovod_backend import HorovodBackend, waits_asleep
+from torch_backend import compiled, data, elastic, finetune, models, optimizers, recompute
 from torch_backend.sync_bn import SyncBatchNorm
 from torch_backend.weights import CHECKPOINT_FILE, load_initial_weights
 
@@ -85,10 +82,10 @@ class TorchBackend(HorovodBackend):
     name = "torch"
     # backward's hooks submit the gradients; what follows them is waiting for the all-reduce
     marks_allreduce_wait = True
-    optimizer: Any  # hvd.DistributedOptimizer, or the plain one PowerSGD steps
+    optimizer: Any  # the strategy's: hvd.DistributedOptimizer, the plain one PowerSGD steps, ZeRO's
     counter: powersgd.ByteCounter
+    strategy: Any  # hvdcls.strategy: the reduction mode (torch_backend/strategies/), chosen in build
     ema: Optional[dict[str, torch.Tensor]]
-    pixel_norm: tuple[list[float], list[float]]  # data.mean, data.std: the loader's uint8 batches, normalised
 
     def __init__(self):
         super().__init__(hvd, {"torch": torch.__version__, "torchvision": installed_version("torchvision")})
@@ -122,43 +119,21 @@ class TorchBackend(HorovodBackend):
         channels_last = config.training.channels_last
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.clip = config.training.grad_clip_norm
-        self.adasum = hv.op == "adasum"
         self.dtype = amp_dtype(config, self.device)
         self.smoothing = config.training.label_smoothing
         self.criterion = finetune.criterion(None, self.smoothing, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
-        zero.refuse_what_breaks(config.training.zero, self.scaler.is_enabled())
+        chosen = strategy.choose(config, "torch", loss_scaled=self.scaler.is_enabled())  # nothing built if refused
         self.last_allreduce_wait: float | None = None
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         # optimizer.layer_decay: one param group per rate multiplier (hvdcls.finetune)
         groups, self.lr_scales = finetune.parameter_groups(self.model, config.model.name, config.optimizer.layer_decay)
-        shapes = [tuple(p.shape) for p in self.params]
         # horovod.wait: poll and nap (not Horovod's spin) while the all-reduces run
-        dense_bytes = powersgd.dense_bytes(shapes)  # every gradient in float32
-        self.wait_asleep = waits_asleep(hv.wait, dense_bytes)
-        self.reducer: PowerSGDReducer | None = None
-        self.sharded: zero.ShardedOptimizer | None = None
-        if config.training.zero:  # training.zero: the same step, by slices (torch_backend/zero.py)
-            self.optimizer = self.sharded = zero.ShardedOptimizer(
-                list(self.model.parameters()), lambda params: make_optimizer(params, config),
-                config.training.zero, fp16=hv.compression == "fp16", wait_asleep=self.wait_asleep)
-            self.counter = powersgd.ByteCounter(dense_bytes)
-            self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
-        elif hv.compression == "powersgd":  # our own reduction after backward, then a plain step
-            self.reducer = PowerSGDReducer(shapes, hv.powersgd, self.device,
-                                           exchange=horovod_exchange(self.wait_asleep))
-            self.optimizer = make_optimizer(groups, config)
-            self.counter = self.reducer.counter
-        else:
-            # Horovod: average (or Adasum) the gradients over ranks every N backward passes.
-            self.optimizer = hvd.DistributedOptimizer(
-                make_optimizer(groups, config),
-                named_parameters=self.model.named_parameters(),
-                compression=hvd.Compression.fp16 if hv.compression == "fp16" else hvd.Compression.none,
-                op=hvd.Adasum if hv.op == "adasum" else hvd.Average,
-                backward_passes_per_step=hv.backward_passes_per_step)
-            self.counter = powersgd.ByteCounter(dense_bytes)
-            self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
+        self.wait_asleep = waits_asleep(hv.wait, powersgd.dense_bytes([tuple(p.shape) for p in self.params]))
+        # the reduction mode: its optimizer, exchange, step and state (every rank reduces every parameter)
+        self.strategy = chosen(self, config, list(self.model.named_parameters()), groups,
+                               lambda params: make_optimizer(params, config))
+        self.optimizer, self.counter = self.strategy.optimizer, self.strategy.counter
         self.ema = None
         # training.freeze_epochs: frozen from the start (the range test sweeps that phase), before
         # the broadcast's first optimizer step, which then steps the head alone
@@ -177,20 +152,13 @@ class TorchBackend(HorovodBackend):
                             "backward_passes_per_step": hv.backward_passes_per_step}}
 
     def loader(self, batches: EpochBatches, workers: int):
-        # uint8 pixels from the workers, normalised on the device (to_device)
-        uint8 = isinstance(batches, EpochBatches) and batches.uint8_ok
-        if uint8:
-            self.pixel_norm = (batches.preprocess.config.mean, batches.preprocess.config.std)
-        return data.loader(batches, workers, pin_memory=self.device.type == "cuda", uint8=uint8)
+        return data.loader(batches, workers, pin_memory=self.device.type == "cuda")
 
     def loader_worker(self, loader: LoaderWait, batches: EpochBatches) -> Optional[str]:
         return data.waited_worker(loader.iterator) or super().loader_worker(loader, batches)
 
     def to_device(self, images: torch.Tensor) -> torch.Tensor:
-        """Images on the device, normalised there when the loader handed over uint8 pixels,
-        NHWC in memory when training.channels_last."""
-        if images.dtype == torch.uint8:
-            images = data.normalise(images.to(self.device), *self.pixel_norm)
+        """Images on the device, NHWC in memory when training.channels_last."""
         return images.to(self.device, memory_format=self.memory_format)
 
     def autocast(self):
@@ -202,9 +170,7 @@ class TorchBackend(HorovodBackend):
         self.model.train()
         for group, scale in zip(self.optimizer.param_groups, self.lr_scales):
             group["lr"] = lr * scale
-        self.optimizer.zero_grad()
-        if self.sharded is not None:  # training.zero: each bucket's reduction starts in backward
-            self.sharded.arm(len(micro_batches))
+        self.strategy.begin(len(micro_batches))  # gradients cleared (ZeRO: its buckets armed)
         total = None
         for images, labels in micro_batches:
             images, labels = self.to_device(images), labels.to(self.device)
@@ -220,51 +186,18 @@ class TorchBackend(HorovodBackend):
             self.scaler.scale(objective).backward()
             total = add(total, Sums(loss.detach().float() * len(labels),
                                     (logits.argmax(1) == dominant(labels)).sum(), len(labels)))
-        if self.reducer is not None:
-            self._powersgd_step()
-        elif self.adasum:  # Horovod: Adasum combines the weight updates inside step() itself
-            self._unscale_and_clip()
-            self.waiting_for_allreduce()
-            self.scaler.step(self.optimizer)
-            self.last_allreduce_wait = None  # inside step(), with the update: not separable
-        else:
-            self.waiting_for_allreduce()
-            started = time.perf_counter()
-            if self.wait_asleep and self.sharded is None:
-                self._sleep_until_reduced()
-            self.optimizer.synchronize()  # Horovod: wait for the all-reduced gradients
-            self.last_allreduce_wait = time.perf_counter() - started
-            self._unscale_and_clip()
-            with self.optimizer.skip_synchronize():  # Horovod: already synchronised above
-                self.scaler.step(self.optimizer)
-        if self.reducer is None:
-            self.counter.add(self.dense_step_bytes)  # Horovod sent every gradient, as configured
+        self.last_allreduce_wait = self.strategy.step()  # Horovod: the exchange, then the update
         self.scaler.update()
         assert total is not None  # a step has at least one micro-batch
         return total
 
-    def _powersgd_step(self) -> None:
-        """Horovod: PowerSGD averages the gradients (blocking: nothing overlaps backward); a
-        frozen parameter's (None) takes no part."""
-        for p in self.params:
-            if p.grad is None and p.requires_grad:  # an unused parameter still takes its part
-                p.grad = torch.zeros_like(p)
-        self.waiting_for_allreduce()
-        started = time.perf_counter()
-        scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
-        assert self.reducer is not None
-        self.reducer.reduce_([p.grad if p.requires_grad else None for p in self.params], scale)
-        self.last_allreduce_wait = time.perf_counter() - started
-        self._unscale_and_clip()
-        self.scaler.step(self.optimizer)
-
-    def _unscale_and_clip(self) -> None:
+    def unscale_and_clip(self) -> None:
+        """The strategy's step, once the gradients are exchanged: mixed precision's unscale, then
+        training.grad_clip_norm over the strategy's gradients (ZeRO's: every rank's slices)."""
         if self.scaler.is_enabled():
             self.scaler.unscale_(self.optimizer)
-        if self.clip and self.sharded is not None:  # the global norm, over every rank's slices
-            self.sharded.clip_grad_norm_(self.clip)
-        elif self.clip:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        if self.clip:
+            self.strategy.clip_grad_norm_(self.clip)
 
     @torch.inference_mode()
     def eval_step(self, batch) -> EvalSums:
@@ -325,32 +258,21 @@ class TorchBackend(HorovodBackend):
                 buffer.copy_(value)
 
     def save(self, directory: Path) -> None:
-        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "scaler": self.scaler.state_dict()}
-        if self.reducer is not None:
-            state["powersgd"] = self.reducer.state_dict()
+        state = {"model": self.model.state_dict(), "scaler": self.scaler.state_dict()}
+        self.strategy.save_state(state)  # "optimizer", and PowerSGD's own
         if self.ema is not None:
             state["ema"] = self.ema
         with fileio.large_output(directory / CHECKPOINT_FILE) as handle:
             torch.save(state, handle)
-        if self.sharded is not None:
-            self.sharded.gathered = None  # the unsharded copy lives until it is written
+        self.strategy.saved()
 
     def load(self, directory: Path) -> None:
         path = directory / CHECKPOINT_FILE
         try:
             state = torch.load(path, map_location=self.device, weights_only=True)
             self.model.load_state_dict(state["model"])
-            if self.sharded is not None:  # training.zero: it may name the ranks' shard files
-                self.sharded.load_checkpoint(state["optimizer"], directory)
-            elif zero.IN_SHARD_FILES in state["optimizer"]:
-                raise UserError(f"cannot load {path}: its optimizer state is in training.zero's per-rank "
-                                "shard files; resume it with training.zero=1 or 2")
-            else:
-                self.optimizer.load_state_dict(state["optimizer"])
+            self.strategy.load_state(state, directory)  # the optimizer's (ZeRO: maybe in the ranks' shard files)
             self.scaler.load_state_dict(state["scaler"])
-            if self.reducer is not None:
-                self.reducer.load_state_dict(state["powersgd"])
             if self.ema is not None:  # a checkpoint without one: the EMA starts from its weights
                 stored = state.get("ema") or self.ema_sources()
                 for name, t in self.ema.items():
@@ -361,58 +283,32 @@ class TorchBackend(HorovodBackend):
 
     def snapshot(self) -> dict:
         # deepcopy: state_dict() hands out the live tensors, which the next steps change in place
-        state = copy.deepcopy({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                               "scaler": self.scaler.state_dict(),
-                               "powersgd": self.reducer.state_dict() if self.reducer is not None else None})
-        return {**state, "counter": dataclasses.replace(self.counter)}
+        state = copy.deepcopy({"model": self.model.state_dict(), "scaler": self.scaler.state_dict()})
+        return {**state, **self.strategy.snapshot()}  # the optimizer's, the counter, PowerSGD's own
 
     def restore(self, snapshot: dict) -> None:
         self.model.load_state_dict(snapshot["model"])  # copied into the live parameters
-        # load_state_dict keeps the tensors it is given: a copy, so the snapshot stays as taken
-        self.optimizer.load_state_dict(copy.deepcopy(snapshot["optimizer"]))
+        self.strategy.restore(snapshot)
         self.scaler.load_state_dict(snapshot["scaler"])
-        if self.reducer is not None:
-            self.reducer.load_state_dict(snapshot["powersgd"])  # it clones
-        vars(self.counter).update(vars(snapshot["counter"]))  # the reducer's counter too: one object
 
     def broadcast_state(self) -> None:
         hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)  # Horovod
-        if self.sharded is not None:  # each rank its slices of rank 0's (loaded) state
-            self.sharded.broadcast_state()
-        else:
-            finetune.hold_state_like_root(self.optimizer)  # what rank 0 holds state for (a collective)
-            hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)  # Horovod
+        self.strategy.broadcast_state()  # Horovod: the optimizer's state (ZeRO: each rank its slices)
         if self.ema is not None:  # Horovod: rank 0's EMA copy
             hvd.broadcast_parameters([(f"ema.{n}", t) for n, t in self.ema.items()], root_rank=0)
-        if self.reducer is not None:  # Horovod: rank 0's PowerSGD Q, error and step count
-            for tensor in self.reducer.state_tensors():
-                hvd.broadcast_(tensor, root_rank=0)
-            self.reducer.step = hvd.broadcast_object(self.reducer.step, root_rank=0, name="powersgd.step")
 
     def prepare_checkpoint(self, shard_dir: Optional[Path] = None) -> None:
-        if self.sharded is not None:  # Horovod: each rank's slices to shard_dir, or gathered to rank 0
-            self.sharded.prepare_checkpoint(shard_dir)
-        if self.reducer is not None:
-            self.reducer.average_errors_()  # Horovod: one error for all ranks, training unchanged
+        self.strategy.prepare_checkpoint(shard_dir)  # ZeRO's shards or gather, PowerSGD's errors averaged
 
     def weights(self) -> LazyArrays:
         return LazyArrays({name: partial(host_copy, t) for name, t in self.model.state_dict().items()})
-
-    def _sleep_until_reduced(self) -> None:
-        """horovod.wait=sleep: nap until every all-reduce the backward hooks started is done,
-        so that DistributedOptimizer.synchronize() then collects them without its spin.
-        Its `_handles` ({parameter or group: (handle, context)}, Horovod 0.28.1) is the one
-        place those handles are kept; a hook that did not fire leaves None (synchronize()
-        starts that one itself)."""
-        pending = [handle for handle, _ in self.optimizer._handles.values() if isinstance(handle, int)]
-        sleep_until_done(pending, hvd.poll)  # Horovod
 
     def memory(self) -> dict[str, int]:
         # Gradients as they are held now: after a step, every trained parameter's (the next
         # step's zero_grad frees them); the state as the optimizer keeps it, per parameter.
         state = [t for per_param in self.optimizer.state.values() for t in per_param.values()
                  if torch.is_tensor(t) and t.ndim > 0]  # not Adam's 0-d step counts
-        grads = self.sharded.held_grads() if self.sharded else [p.grad for p in self.params if p.grad is not None]
+        grads = self.strategy.held_grads()
         return {"param_bytes": tensor_bytes(self.params), "grad_bytes": tensor_bytes(grads),
                 "optimizer_state_bytes": tensor_bytes(state)}
 

@@ -42,14 +42,6 @@ IN_FLIGHT = 2  # bucket reductions started before the oldest is waited for
 IN_SHARD_FILES = "zero_shard_files"  # torch.pt's "optimizer" when every rank saved its own slices
 
 
-def refuse_what_breaks(zero: int, loss_scaled: bool) -> None:
-    """What the config cannot tell before the device is known (hvdcls.config.checks the rest)."""
-    if zero and loss_scaled:  # GradScaler would unscale and check the local slices only
-        raise UserError(f"config training.zero={zero} with float16 mixed precision (training.amp on a "
-                        "GPU): the loss scaler does not see the sharded gradients; use "
-                        "training.amp_dtype=bfloat16")
-
-
 class ShardedOptimizer:
     def __init__(self, params: list[torch.Tensor], make_optimizer: MakeOptimizer, level: int,
                  fp16: bool = False, bucket_elements: int = BUCKET_ELEMENTS, wait_asleep: bool = False):

@@ -1,0 +1,106 @@
+"""The plain strategy: hvd.DistributedOptimizer averages every gradient (horovod.compression=fp16:
+in float16 on the wire), its backward hooks starting each all-reduce as soon as the gradient
+exists; the step waits for them, unscales, clips and steps.
+
+Mirror: tf_backend/strategies/plain.py. The parameters it reduces are the ones it is given
+(`parameters`), over every rank (hvdcls.strategy: a data-parallel strategy composes).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import horovod.torch as hvd
+import torch
+
+from hvdcls import powersgd
+from hvdcls.config import Config
+from hvdcls.errors import UserError
+from hvdcls.horovod_backend import sleep_until_done
+from hvdcls.strategy import Strategy
+from torch_backend import finetune, zero
+from torch_backend.weights import CHECKPOINT_FILE
+
+MakeOptimizer = Callable[[Any], torch.optim.Optimizer]
+
+
+class Plain(Strategy):
+    name = "plain"
+    op = hvd.Average
+
+    def __init__(self, host: Any, config: Config, parameters: list[tuple[str, torch.nn.Parameter]],
+                 groups: list, make_optimizer: MakeOptimizer):
+        """`host`: the backend (its model, scaler, clipping and the watchdog's mark); `parameters`:
+        the named parameters reduced; `groups`: the optimizer's parameter groups (layer_decay)."""
+        hv = config.horovod
+        self.host, self.parameters = host, parameters
+        shapes = [tuple(p.shape) for _, p in parameters if p.requires_grad]
+        self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
+        self.step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
+        self.optimizer = self.make(config, groups, make_optimizer)
+
+    def make(self, config: Config, groups: list, make_optimizer: MakeOptimizer) -> Any:
+        hv = config.horovod
+        # Horovod: average (or Adasum) the gradients over ranks every N backward passes.
+        return hvd.DistributedOptimizer(
+            make_optimizer(groups), named_parameters=self.parameters,
+            compression=hvd.Compression.fp16 if hv.compression == "fp16" else hvd.Compression.none,
+            op=self.op, backward_passes_per_step=hv.backward_passes_per_step)
+
+    def begin(self, passes: int) -> None:
+        self.optimizer.zero_grad()
+
+    def step(self, grads: Optional[list] = None) -> Optional[float]:
+        host = self.host
+        host.waiting_for_allreduce()
+        started = time.perf_counter()
+        if host.wait_asleep:
+            self._sleep_until_reduced()
+        self.optimizer.synchronize()  # Horovod: wait for the all-reduced gradients
+        waited = time.perf_counter() - started
+        host.unscale_and_clip()
+        with self.optimizer.skip_synchronize():  # Horovod: already synchronised above
+            host.scaler.step(self.optimizer)
+        self.counter.add(self.step_bytes)  # Horovod sent every gradient, as configured
+        return waited
+
+    def _sleep_until_reduced(self) -> None:
+        """horovod.wait=sleep: nap until every all-reduce the backward hooks started is done,
+        so that DistributedOptimizer.synchronize() then collects them without its spin.
+        Its `_handles` ({parameter or group: (handle, context)}, Horovod 0.28.1) is the one
+        place those handles are kept; a hook that did not fire leaves None (synchronize()
+        starts that one itself)."""
+        pending = [handle for handle, _ in self.optimizer._handles.values() if isinstance(handle, int)]
+        sleep_until_done(pending, hvd.poll)  # Horovod
+
+    def clip_grad_norm_(self, max_norm: float) -> None:
+        torch.nn.utils.clip_grad_norm_([p for _, p in self.parameters], max_norm)
+
+    def save_state(self, state: dict) -> None:
+        state["optimizer"] = self.optimizer.state_dict()
+
+    def load_state(self, state: dict, directory: Path) -> None:
+        if zero.IN_SHARD_FILES in state["optimizer"]:
+            raise UserError(f"cannot load {directory / CHECKPOINT_FILE}: its optimizer state is in "
+                            "training.zero's per-rank shard files; resume it with training.zero=1 or 2")
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    def snapshot(self) -> dict:
+        # deepcopy: state_dict() hands out the live tensors, which the next steps change in place
+        return {"optimizer": copy.deepcopy(self.optimizer.state_dict()), "counter": dataclasses.replace(self.counter)}
+
+    def restore(self, snapshot: dict) -> None:
+        # load_state_dict keeps the tensors it is given: a copy, so the snapshot stays as taken
+        self.optimizer.load_state_dict(copy.deepcopy(snapshot["optimizer"]))
+        vars(self.counter).update(vars(snapshot["counter"]))  # the reducer's counter too: one object
+
+    def broadcast_state(self) -> None:
+        finetune.hold_state_like_root(self.optimizer)  # what rank 0 holds state for (a collective)
+        hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)  # Horovod
+
+    def held_grads(self) -> list[torch.Tensor]:
+        # after a step, every trained parameter's (the next step's zero_grad frees them)
+        return [p.grad for _, p in self.parameters if p.requires_grad and p.grad is not None]
