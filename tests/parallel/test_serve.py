@@ -37,6 +37,7 @@ import pytest
 
 from hvdcls import launch, status_file
 from tests.prometheus_server import PrometheusServer, dashboard_queries
+from tests.results import keep
 from tests.run_files import read_json, read_metrics
 
 pytestmark = pytest.mark.parallel
@@ -186,6 +187,7 @@ def workload(tmp_path_factory):
     # --open-metrics: the test's Prometheus scrapes /metrics without a token, as the compose one does
     server = Server(root / "state", root / "data", root / "serve.log", "localhost:4", "--open-metrics")
     seen: dict = {"server": server}
+    began = time.time()
     server.start()
     prometheus = PrometheusServer(root / "prometheus")
     try:
@@ -193,6 +195,7 @@ def workload(tmp_path_factory):
     finally:
         prometheus.stop()
         end_everything(server)
+    seen["seconds"] = time.time() - began
     return seen
 
 
@@ -308,6 +311,7 @@ def elastic_workload(tmp_path_factory):
     server = Server(root / "state", root / "data", root / "serve.log", "localhost:1,127.0.0.1:1",
                     "--resize-cooldown", "3", "--network-interface", "lo")
     seen: dict = {"server": server}
+    began = time.time()
     server.start()
     try:
         settings = {**epochs(E_EPOCHS), "training": {**epochs(E_EPOCHS)["training"], "commit_every": 5}}
@@ -327,6 +331,7 @@ def elastic_workload(tmp_path_factory):
         seen["log"] = server.log.read_text()
     finally:
         end_everything(server)
+    seen["seconds"] = time.time() - began
     return seen
 
 
@@ -363,6 +368,8 @@ def test_an_elastic_job_shrinks_for_a_waiting_job_and_grows_back(elastic_workloa
     assert (status["phase"], status["hosts"]) == ("done", {"localhost": 1, "127.0.0.1": 1}), status
     assert summary["elastic"]["steps_lost"] <= 2 * summary["elastic"]["commit_every"]  # an interval per resize
     assert 0.7 <= summary["val_accuracy"] <= 1.0, summary["val_accuracy"]
+    keep("elastic.json", {"recoveries": recoveries, "steps_lost": summary["elastic"]["steps_lost"],
+                          "workload_seconds": elastic_workload["seconds"]})
     for event in recoveries:
         print(f"resized to {event['world_size']} at step {event['resumed_at_step']}: "
               f"{event['seconds']} s without a step")
@@ -494,3 +501,10 @@ def test_submit_to_first_step_latency(workload):
     d = workload["D"]  # queued behind A: its start to its first step
     print(f"D ({d['backend']}, np {d['np']}): start to first step {d['first_step_at'] - d['started_at']:.1f} s")
     print(f"cancel of a running job: {workload['cancel seconds']:.1f} s to 'cancelled'")
+    keep("latency.json", {
+        "jobs": {name: {key: workload[f"{name} first step"][key] for key in ("backend", "np", "first_step_seconds",
+                                                                                "queued_seconds")} for name in "AC"},
+        "D": {"backend": d["backend"], "np": d["np"], "start_to_first_step": d["first_step_at"] - d["started_at"]},
+        "cancel_seconds": workload["cancel seconds"], "workload_seconds": workload["seconds"],
+        "prometheus_start_seconds": workload["prometheus start seconds"],
+        "prometheus_queries_seconds": workload["prometheus"]["seconds"]})

@@ -34,6 +34,7 @@ import httpx
 import pytest
 
 from hvdcls.serve import faults, launches
+from tests.results import keep
 from tests.serve_server import FINAL, ServeProcess
 
 STANDIN = Path(__file__).resolve().parents[1] / "serve_standin.py"
@@ -267,7 +268,17 @@ def test_every_acknowledged_job_ends_once_whatever_the_instant_of_the_crash(tmp_
     assert all(hit.values()), hit  # every crash point was reached and crashed the service
     ready = [r.ready_seconds for r in rounds if r.ready_seconds is not None]
     to_start = restart_to_start(rounds, drained_at, jobs)
-    print(f"\ncrash-anywhere (seed {seed}): {len(rounds)} kills in {time.time() - began:.0f} s "
+    seconds = time.time() - began
+    keep("crash.json", {
+        "seed": seed, "kills": len(rounds), "seconds": seconds, "at_random": sum(r.point is None for r in rounds),
+        "at_crash_points": sum(hit.values()), "hit": hit,
+        "rounds_given_a_point": sum(r.point is not None for r in rounds),
+        "jobs": len(jobs), "acknowledged": len(traffic.acknowledged),
+        **ends, "failed": 0, "started_twice": 0, "cancels_sent": len(traffic.cancels),
+        "ready_seconds": ready, "ready_median": statistics.median(ready), "ready_worst": max(ready),
+        "restart_to_start": to_start, "restart_to_start_median": statistics.median(to_start) if to_start else None,
+        "restart_to_start_worst": max(to_start, default=None)})
+    print(f"\ncrash-anywhere (seed {seed}): {len(rounds)} kills in {seconds:.0f} s "
           f"({sum(r.point is None for r in rounds)} at random instants; at the crash points {hit}); "
           f"{len(jobs)} jobs: {ends['succeeded']} succeeded, {ends['cancelled']} cancelled, 0 failed, "
           f"0 started twice, {len(traffic.cancels)} cancels sent; restart to listening: median "
