@@ -14,7 +14,8 @@ new speed meter (ranks may be renumbered, replaced or new: no earlier measuremen
 and the plans in force are kept in the state, for summary.json (docs/balancing.md).
 
 The steps and the epoch's end are the plain run's (hvdcls.training.loop.Trainer.run_steps and
-end_epoch); what elastic adds around each step, `Commits`, is passed to that loop as its hook.
+end_epoch), with the plain run's callbacks (hvdcls.training.callbacks); what elastic adds around
+each step, `Commits`, is one more callback on that list for the epoch's steps.
 """
 from __future__ import annotations
 
@@ -32,10 +33,13 @@ from hvdcls.config import Config
 from hvdcls.data.sharding import ElasticShards
 from hvdcls.data.sources import Data
 from hvdcls.errors import UserError
-from hvdcls.observe.monitor import EpochRecord, Monitor, Sink
+from hvdcls.observe.monitor import EpochRecord, Monitor, Sink, StepSample
+from hvdcls.training import callbacks
+from hvdcls.training.callbacks import Callback, Rebalancing
 from hvdcls.training.faults import StepHooks
-from hvdcls.training.loop import EpochTimes, Reduced, StepHook, Tally, Trainer, as_floats, shifted, world_hosts
+from hvdcls.training.loop import Trainer, shifted, world_hosts
 from hvdcls.training.outputs import RunOutputs
+from hvdcls.training.tallies import EpochTimes, Reduced, Tally, as_floats
 from hvdcls.training.watchdog import COMMITTING, RESETTING, Phases, Watchdog
 
 
@@ -87,7 +91,7 @@ class Recoveries:
                 "steps_lost": max(0, self.steps_run - state.global_step)}
 
 
-class Commits(StepHook):
+class Commits(Callback):
     """Elastic's part of each step of an attempt's epoch (hvdcls.training.loop.Trainer.run_steps):
     recovery accounting, the test kill hook, and every training.commit_every steps the steps
     since the last commit folded into the state and committed."""
@@ -102,10 +106,10 @@ class Commits(StepHook):
         # new stretch of steps starts afresh (training.balance) while the commit clock runs on.
         self.uncommitted = 0
 
-    def before_step(self, step: int) -> None:
+    def before_step(self, trainer: callbacks.Trainer, epoch: int, step: int) -> None:
         self.recoveries.step_started()
 
-    def after_step(self, tally: Tally) -> None:
+    def after_step(self, trainer: callbacks.Trainer, tally: Tally, sample: StepSample) -> bool:
         self.recoveries.step_done()
         self.hooks.kill_point(self.state.global_step + tally.steps)  # inert outside tests
         self.uncommitted += 1
@@ -115,6 +119,7 @@ class Commits(StepHook):
             self.uncommitted = 0
             self.state.commit()  # Horovod: a snapshot to roll back to; raises on host changes
             tally.restart()
+        return False
 
     def fold(self, tally: Tally) -> None:
         """The steps since the last commit, into the state (every rank alike: a collective)."""
@@ -237,20 +242,24 @@ class ElasticTrainer:
                           self.config.training.commit_every, self.recoveries, trainer.phases,
                           trainer.faults)
         times = EpochTimes()  # no bytes per step: an attempt sees only part of the epoch
-        while True:
-            consumed = state.consumed
-            first = int(consumed / shards.per_step)  # this world's steps already done this epoch
-            position = schedule_position(epoch, consumed, shards)
-            trainer.step_origin = state.global_step - first
-            batches = trainer.epoch_batches(epoch, rest_of_epoch(shards, trainer, epoch, consumed))
-            tally = trainer.run_steps(epoch, batches, first, shifted(lr_at, position),
-                                      times, commits)
-            if tally.steps:
-                commits.fold(tally)
-            record_plan(state, trainer)
-            if trainer.rebalancer is None or state.consumed == consumed or \
-                    not shards.remaining_steps(state.consumed):
-                return times
+        trainer.callbacks.epoch_begin(trainer, epoch)
+        trainer.callbacks.insert_before(Rebalancing, commits)
+        try:
+            while True:
+                consumed = state.consumed
+                first = int(consumed / shards.per_step)  # this world's steps already done this epoch
+                position = schedule_position(epoch, consumed, shards)
+                trainer.step_origin = state.global_step - first
+                batches = trainer.epoch_batches(epoch, rest_of_epoch(shards, trainer, epoch, consumed))
+                tally = trainer.run_steps(epoch, batches, first, shifted(lr_at, position), times)
+                if tally.steps:
+                    commits.fold(tally)
+                record_plan(state, trainer)
+                if trainer.rebalancer is None or state.consumed == consumed or \
+                        not shards.remaining_steps(state.consumed):
+                    return times
+        finally:
+            trainer.callbacks.remove(commits)
 
     def finish_epoch(self, state, trainer: Trainer, times: EpochTimes) -> None:
         """Evaluate and record the epoch, then start the next one in the state and commit."""

@@ -5,21 +5,21 @@ epoch it reduces the metrics exactly over ranks, averages batch-norm statistics,
 this rank's shard of the validation set and decides whether to checkpoint.
 
 `Trainer.run_steps` is the one step loop and `Trainer.end_epoch` the one epoch end; a plain
-run drives them from `Trainer.run`, an elastic one from hvdcls.training.elastic, which adds
-its commits and recovery accounting through a `StepHook`.
+run drives them from `Trainer.run`, an elastic one from hvdcls.training.elastic. What a run adds
+around them (the EMA, balancing, the profiler, checkpoints, the target stop, elastic's commits,
+...) is a callback on the trainer's one hook list, hvdcls.training.callbacks.
 """
 from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 
 import numpy as np
 
 from hvdcls import finetune, status_file
-from hvdcls.backend import TOP_K, Backend, Context, EvalSums, Sums, add
+from hvdcls.backend import Backend, Context, Sums, add
 from hvdcls.config import Config
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.data.mixing import BatchMix
@@ -29,9 +29,9 @@ from hvdcls.data.transforms import Preprocess
 from hvdcls.data.workers import LoaderWorkers
 from hvdcls.observe.classification import RunningMetrics, write_outputs
 from hvdcls.observe.monitor import EpochRecord, LossReads, Monitor, RunInfo, StepSample
-from hvdcls.training import balance, checkpoint, ema, faults, schedule
+from hvdcls.training import balance, callbacks, checkpoint, ema, faults, schedule
 from hvdcls.training.outputs import RunOutputs
-from hvdcls.training.profiling import StepProfiler
+from hvdcls.training.tallies import EpochTimes, Reduced, Tally, as_floats, eval_floats
 from hvdcls.training.watchdog import (
     ALLREDUCE,
     CHECKPOINTING,
@@ -60,101 +60,9 @@ def grouped(batches: Iterable, size: int) -> Iterator[list]:
             group = []
 
 
-def as_floats(total: Optional[Sums]) -> list[float]:
-    return [0.0, 0.0, 0.0] if total is None else [float(v) for v in total]
-
-
-def eval_floats(total, classes: int) -> list[float]:
-    """A validation's sums as floats for the all-reduce: loss, correct, count, top-5 hits, then
-    the classes x classes confusion counts (zeros for a rank that had no batch; a backend
-    whose eval_step gives plain Sums gives no counts)."""
-    if total is None:
-        return [0.0] * (4 + classes * classes)
-    if not isinstance(total, EvalSums):
-        return as_floats(total)
-    counts = np.asarray(total.confusion, np.float64).ravel()
-    return [float(total.loss), float(total.correct), float(total.count), float(total.top5), *counts]
-
-
-@dataclass
-class Reduced:
-    loss: float
-    accuracy: float
-    count: int
-    top5: Optional[float] = None  # None: no more classes than TOP_K (or no counts)
-    confusion: Optional[np.ndarray] = None  # classes x classes, summed over ranks
-
-    @classmethod
-    def from_sums(cls, sums: list[float]) -> "Reduced":
-        loss, correct, count = sums[:3]
-        reduced = cls(loss / max(count, 1), correct / max(count, 1), int(round(count)))
-        classes = int(round((len(sums) - 4) ** 0.5)) if len(sums) > 3 else 0
-        if classes:
-            reduced.confusion = np.rint(np.asarray(sums[4:])).astype(np.int64).reshape(classes, classes)
-            reduced.top5 = sums[3] / max(count, 1) if classes > TOP_K else None
-        return reduced
-
-
 class TimedStep(NamedTuple):
     sums: Sums  # framework scalars, for the epoch's exact reduction
     sample: StepSample  # what the monitor sees
-
-
-@dataclass
-class EpochTimes:
-    """Rank 0's sums over one epoch's steps (see hvdcls.observe.monitor for their meaning)."""
-
-    data_wait: float = 0.0
-    step: float = 0.0
-    allreduce: Optional[float] = None  # None: the backend cannot separate it
-    sent_before: Optional[tuple] = None  # (gradient bytes, steps) counted before the epoch
-    bytes_per_step: Optional[float] = None  # gradient bytes all-reduced per step this epoch
-
-    def add(self, sample: StepSample) -> None:
-        self.data_wait += sample.data_wait
-        self.step += sample.seconds
-        if sample.allreduce is not None:
-            self.allreduce = (self.allreduce or 0.0) + sample.allreduce
-
-    def close(self, sent_after: Optional[tuple]) -> None:
-        if self.sent_before and sent_after and sent_after[1] > self.sent_before[1]:
-            self.bytes_per_step = (sent_after[0] - self.sent_before[0]) / (sent_after[1] - self.sent_before[1])
-
-
-@dataclass
-class Tally:
-    """The step loop's running account: since the loop began, or since a hook restarted it."""
-
-    total: Optional[Sums] = None  # framework scalars, reduced over ranks by whoever folds them
-    steps: int = 0
-    lr: float = 0.0  # the last step's learning rate
-    started: float = field(default_factory=time.perf_counter)
-
-    def add(self, sums: Sums, lr: float) -> None:
-        self.total, self.steps, self.lr = add(self.total, sums), self.steps + 1, lr
-
-    def merge(self, later: "Tally") -> None:
-        """Fold in a tally of the steps that followed (balancing: one per plan in force)."""
-        if later.steps and later.total is not None:
-            self.total, self.lr = add(self.total, later.total), later.lr
-            self.steps += later.steps
-
-    def seconds(self) -> float:
-        return time.perf_counter() - self.started
-
-    def restart(self) -> None:
-        """Count afresh from now (elastic: after a commit, whose time is not training)."""
-        self.total, self.steps, self.started = None, 0, time.perf_counter()
-
-
-class StepHook:
-    """What a run adds around each step of the shared loop; the default adds nothing."""
-
-    def before_step(self, step: int) -> None:
-        """Called before step `step` (numbered within the epoch) runs."""
-
-    def after_step(self, tally: Tally) -> None:
-        """Called once the step is counted in `tally` (which the hook may fold and restart)."""
 
 
 def shifted(lr_at: Callable[[Any], float], first: float) -> Callable[[int], float]:
@@ -220,9 +128,9 @@ def sent_bytes(backend: Backend) -> Optional[tuple]:
 class Trainer:
     """One world's training: built per run (plain) or per elastic attempt (hvdcls.training.elastic).
 
-    Public for the elastic driver: `begin`, `epoch_batches`, `run_steps`, `end_epoch`,
-    `evaluate`, `save`, and the attributes `ctx`, `outputs`, `shards`, `elastic_shards`,
-    `steps_per_epoch` and `lr_at`."""
+    Public for the elastic driver and the callbacks: `begin`, `epoch_batches`, `run_steps`,
+    `end_epoch`, `evaluate`, `save`, and the attributes `ctx`, `outputs`, `shards`,
+    `elastic_shards`, `steps_per_epoch`, `lr_at` and `callbacks`."""
 
     def __init__(self, config: Config, backend: Backend, ctx: Context, data: Data,
                  outputs: RunOutputs, monitor: Optional[Monitor] = None,
@@ -267,9 +175,10 @@ class Trainer:
         # Every rank trains the same number of full steps, so images per step are known exactly.
         self.images_per_step = config.training.batch_size * self.passes * ctx.size
         self.ema = ema.schedule_for(config, self.images_per_step)  # None: no model EMA
-        self.profiler: Optional[StepProfiler] = None
         self.first_epoch = 0
         self.faults = faults.StepHooks.read(ctx.rank)  # test hooks, read once; inert outside tests
+        self.stopping: Optional[str] = None  # why the epoch just ended is the run's last (a callback's)
+        self.callbacks = callbacks.for_run(self)
 
     def begin(self, start_epoch: int, history: list[EpochRecord],
               hosts: Optional[dict[str, int]] = None) -> None:
@@ -282,45 +191,28 @@ class Trainer:
                                    self.ctx.size, self.config.training.epochs,
                                    self.steps_per_epoch, start_epoch, hosts,
                                    history[-1].as_dict() if history else None))
-        if self.rebalancer is not None:  # resume too: a new run plans afresh
-            plan = self.rebalancer.plan
-            self.monitor.note(balance.describe(plan, self.ctx.size))
-            self.monitor.balance(list(plan.batches), list(plan.speeds or []))
+        self.callbacks.run_begin(self, start_epoch)
 
     def run(self, start_epoch: int, history: list[EpochRecord]) -> list[EpochRecord]:
         """Epochs start_epoch+1 .. epochs; returns the records of every epoch of the run."""
-        self.begin(start_epoch, history, world_hosts(self.backend, self.ctx))
-        self.profiler = self.make_profiler(start_epoch)
         self.first_epoch = start_epoch
+        self.begin(start_epoch, history, world_hosts(self.backend, self.ctx))
         if start_epoch >= self.config.training.epochs:  # e.g. the service requeued a job that had just finished
             self.outputs.say(f"nothing left to train: the checkpoint holds {start_epoch} epoch(s) of "
                              f"training.epochs={self.config.training.epochs}")
         for epoch in range(start_epoch, self.config.training.epochs):
             started = time.perf_counter()
             train, train_seconds, lr, times = self.train_epoch(epoch)
-            record = self.end_epoch(epoch, train, lr, train_seconds, times,
-                                    self.steps_per_epoch, started)
-            if self.workers.deciding and epoch + 1 < self.config.training.epochs:
-                next_batches = self.epoch_batches(epoch + 1, self.shards.batches(epoch + 1))
-                self.outputs.say(self.workers.choose(next_batches, train_seconds, times.data_wait,
-                                                     self.steps_per_epoch))
-            if self.reached_target(record):
-                self.outputs.say(f"validation accuracy {record.val_accuracy:.4f} reached "
-                                 f"training.target_accuracy={self.config.training.target_accuracy:g} "
-                                 f"after epoch {record.epoch}: stopping")
+            self.end_epoch(epoch, train, lr, train_seconds, times, self.steps_per_epoch, started)
+            if self.stopping:
+                self.outputs.say(self.stopping)
                 break
         return self.outputs.history
-
-    def reached_target(self, record: EpochRecord) -> bool:
-        """training.target_accuracy met? The accuracy is reduced over ranks: all answer alike."""
-        target = self.config.training.target_accuracy
-        return target is not None and record.val_accuracy >= target
 
     def train_epoch(self, epoch: int) -> tuple[Reduced, float, float, EpochTimes]:
         """One pass over this rank's shard; returns (reduced metrics, seconds, last lr, times)."""
         self.backend.seed(epoch_seed(self.config.training.seed, epoch, self.ctx.rank))
-        if self.config.training.freeze_epochs:  # fine-tuning: the head alone, then everything
-            self.backend.set_frozen(finetune.frozen_at(self.config.training.freeze_epochs, epoch))
+        self.callbacks.epoch_begin(self, epoch)
         steps = self.steps_per_epoch
         times = EpochTimes(sent_before=sent_bytes(self.backend))
 
@@ -352,22 +244,6 @@ class Trainer:
             step += segment.steps
         return tally
 
-    def rebalanced(self, epoch: int, sample: StepSample) -> bool:
-        """Dynamic balancing, after each step: count this rank's compute; when an exchange is
-        due, gather every rank's and maybe adopt a new plan. True: the plan changed, the
-        loader's batches are stale (the same answer on every rank)."""
-        if self.rebalancer is None:
-            return False
-        new = self.rebalancer.after_step(
-            self.passes, sample.seconds, sample.allreduce,
-            lambda mine: self.backend.allgather_object(mine, "balance.speeds"),
-            self.step_origin + sample.step + 1)
-        if new is None:
-            return False
-        self.monitor.note(balance.describe(new, self.ctx.size))
-        self.monitor.balance(list(new.batches), list(new.speeds or []))
-        return True
-
     def grad_weight(self) -> float:
         return 1.0 if self.rebalancer is None else self.rebalancer.plan.weight(self.ctx.rank)
 
@@ -377,16 +253,14 @@ class Trainer:
                             mix=self.mix)
 
     def run_steps(self, epoch: int, batches: EpochBatches, first_step: int,
-                  lr_at: Callable[[int], float], times: EpochTimes,
-                  hook: Optional[StepHook] = None) -> Tally:
+                  lr_at: Callable[[int], float], times: EpochTimes) -> Tally:
         """The step loop: every optimizer step of `batches`, numbered from `first_step` within
         the epoch, the i-th at learning rate lr_at(i); rank 0's timings go into `times` and
-        to the monitor. Returns the tally of the steps since it began or the hook restarted it."""
-        hook = hook or StepHook()
+        to the monitor. Returns the tally of the steps since it began or a callback restarted
+        it; it ends early when a callback makes the batches stale (a new balancing plan)."""
         tally = Tally()
         loss_reads = LossReads(self.config.training.log_every)
-        first_epoch = epoch == self.first_epoch
-        batches = self.faults.stalling(batches, first_step, self.passes, first_epoch)
+        batches = self.callbacks.batches(self, batches, first_step, epoch == self.first_epoch)
         loader = LoaderWait(self.backend.loader(batches, self.workers.count))
         # Asked only once reading is overdue: which loader worker holds the batch waited for.
         def worker():
@@ -396,33 +270,25 @@ class Trainer:
         for i, micro in enumerate(grouped(loader, self.passes)):
             step = first_step + i
             self.phases.enter(self.step_phase, step)
-            self.faults.freeze_point(step, first_epoch)  # inert outside tests
-            hook.before_step(step)
+            self.callbacks.before_step(self, epoch, step)
             lr = lr_at(i)
             timed = self.timed_step(epoch, step, micro, lr, loader.take(), loss_reads)
             tally.add(timed.sums, lr)
-            if self.ema and self.ema.due(epoch * self.steps_per_epoch + step):
-                self.backend.ema_update(self.ema.decay_at(epoch))
             times.add(timed.sample)
             self.monitor.step(timed.sample)
             self.phases.step_done(step)
-            hook.after_step(tally)
-            if self.rebalanced(epoch, timed.sample):
+            if self.callbacks.after_step(self, tally, timed.sample):
                 break  # the plan changed: the next steps read from a new loader
             self.phases.enter(READING, step + 1, worker)
         return tally
 
     def timed_step(self, epoch: int, step: int, micro: list, lr: float, data_wait: float,
                    loss_reads: LossReads) -> "TimedStep":
-        if self.profiler:
-            self.profiler.before_step(epoch, step)
         started = time.perf_counter()
         sums = self.backend.train_step(micro, lr, self.grad_weight())
         compute = time.perf_counter() - started - (self.backend.allreduce_wait_seconds() or 0.0)
-        self.faults.slow_point(compute)  # inert outside tests
+        self.callbacks.after_compute(self, epoch, step, compute)
         seconds = time.perf_counter() - started
-        if self.profiler:
-            self.profiler.after_step(epoch, step)
         loss = None
         if loss_reads.due(step, self.steps_per_epoch, time.perf_counter()):
             loss = float(sums.loss) / float(sums.count)  # waits for the device: not every step
@@ -439,10 +305,7 @@ class Trainer:
         self.monitor.phase(status_file.EVALUATING)
         self.backend.sync_buffers()  # Horovod: BN statistics are not gradients; average them
         val = self.evaluate()
-        ema_val = None
-        if self.ema:
-            with self.backend.ema_weights():
-                ema_val = self.evaluate()
+        ema_val = self.callbacks.validations(self).get("ema")
         seconds = train_seconds if started is None else time.perf_counter() - started
         record = epoch_record(epoch, train, val, lr, train_seconds, seconds, times,
                               self.ctx.size, steps, ema_val, self.rebalancer.plan if self.rebalancer else None,
@@ -450,13 +313,10 @@ class Trainer:
         self.phases.enter(RECORDING)
         self.outputs.add_epoch(record)
         self.monitor.epoch(record, self.outputs.history)
-        epochs = self.config.training.epochs
-        # the epoch that meets the target is the run's last: saved like the last one
-        last = epoch + 1 == epochs or self.reached_target(record)
-        if last:  # the weights evaluation uses: the EMA's when kept
+        self.callbacks.validated(self, epoch, record)  # a stop is decided here
+        if epoch + 1 == self.config.training.epochs or self.stopping:  # evaluated with the EMA's weights when kept
             self.write_evaluation(ema_val or val, "ema" if ema_val else "model", epoch + 1)
-        if checkpoint.due(epoch + 1, epochs, self.config.output.checkpoint_every) or self.reached_target(record):
-            self.save(epoch + 1)
+        self.callbacks.epoch_end(self, epoch, record)  # checkpoints among them
         return record
 
     def evaluate(self) -> Reduced:
@@ -485,14 +345,6 @@ class Trainer:
                             "format": self.data.name, "path": self.data.description.get("path")})
         result.update(extra or {})
         write_outputs(self.outputs.run_dir, result)
-
-    def make_profiler(self, start_epoch: int) -> Optional[StepProfiler]:
-        """Rank 0 profiles training.profile_steps steps of this run's first epoch."""
-        wanted = self.config.training.profile_steps
-        if not wanted or not self.ctx.is_main:
-            return None
-        return StepProfiler(self.backend.profiler, self.outputs.run_dir, start_epoch,
-                            self.steps_per_epoch, wanted, self.monitor.note)
 
     def save(self, epochs_done: int) -> None:
         self.phases.enter(CHECKPOINTING)

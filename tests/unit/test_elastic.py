@@ -155,16 +155,16 @@ class SummingBackend:
 
 def test_commits_fold_every_commit_every_steps_and_leave_the_tail_to_fold():
     from hvdcls.backend import Sums
-    from hvdcls.training.loop import Tally
+    from hvdcls.training.tallies import Tally
 
     state, recoveries = FakeState(), elastic.Recoveries()
     commits = elastic.Commits(state, SummingBackend(), rank=0, per_step=64, commit_every=2,
                               recoveries=recoveries)
     tally = Tally()
     for step in range(5):  # what Trainer.run_steps does around each step
-        commits.before_step(step)
+        commits.before_step(None, 0, step)
         tally.add(Sums(0.5, 1.0, 2.0), lr=0.1 * step)
-        commits.after_step(tally)
+        assert commits.after_step(None, tally, None) is False  # never makes the batches stale
     assert (state.commits, state.global_step, tally.steps) == (2, 4, 1)
     commits.fold(tally)  # the epoch's last step, committed by the epoch's end
     assert (state.global_step, state.epoch_steps, state.consumed) == (5, 5, 5 * 64)

@@ -9,7 +9,8 @@ from hvdcls import config as cfg
 from hvdcls.backend import Context, Sums
 from hvdcls.observe.monitor import EpochRecord, Monitor, Sink
 from hvdcls.training import watchdog
-from hvdcls.training.loop import (EpochTimes, Reduced, StepHook, Trainer, epoch_record,
+from hvdcls.training.callbacks import Callback
+from hvdcls.training.loop import (EpochTimes, Reduced, Trainer, epoch_record,
                                   epoch_seed, grouped)
 from hvdcls.training.outputs import RunOutputs
 
@@ -134,15 +135,16 @@ class CountingBackend:
         return None
 
 
-class Recorder(StepHook):
+class Recorder(Callback):
     def __init__(self):
         self.before, self.after = [], []
 
-    def before_step(self, step):
+    def before_step(self, trainer, epoch, step):
         self.before.append(step)
 
-    def after_step(self, tally):
+    def after_step(self, trainer, tally, sample):
         self.after.append(tally.steps)
+        return False
 
 
 class Samples(Sink):
@@ -163,7 +165,8 @@ def test_step_loop_groups_times_tallies_and_calls_the_hook():
                       Monitor([sink]))
     backend.phases = trainer.phases
     hook, times = Recorder(), EpochTimes()
-    tally = trainer.run_steps(0, list(range(6)), 5, lambda i: 0.1 * (i + 1), times, hook)
+    trainer.callbacks.append(hook)
+    tally = trainer.run_steps(0, list(range(6)), 5, lambda i: 0.1 * (i + 1), times)
     assert (hook.before, hook.after) == ([5, 6, 7], [1, 2, 3])  # 6 micro-batches, 2 a step
     # the watchdog's view: computing, then waiting in the all-reduce, each step; then reading
     assert backend.phases_seen == [watchdog.COMPUTING, watchdog.ALLREDUCE] * 3
@@ -188,9 +191,37 @@ def test_run_stops_after_the_epoch_that_reaches_the_target():
         val = Reduced(0.5, next(accuracies), 4)
         record = epoch_record(epoch, train, val, lr, seconds, seconds, times, 1, steps, wall_time=1.0)
         trainer.outputs.add_epoch(record)
+        trainer.callbacks.validated(trainer, epoch, record)  # where the loop's end_epoch decides a stop
         return record
 
     trainer.end_epoch = end_epoch
     history = trainer.run(0, [])
     assert [r.val_accuracy for r in history] == [0.5, 0.79, 0.8]
-    assert trainer.reached_target(history[-1]) and not trainer.reached_target(history[1])
+    assert trainer.stopping and "0.8000 reached training.target_accuracy=0.8 after epoch 3" in trainer.stopping
+
+
+def test_the_add_ons_are_callbacks_in_the_order_their_hooks_need():
+    """The config picks the add-ons once; the EMA updates before elastic's commit would snapshot
+    the weights, balancing (which may end a stretch of steps) follows both, and the target stop
+    decides before the checkpoint cadence and the workers' choice read it."""
+    from hvdcls.training import callbacks, elastic
+
+    ctx = Context("torch", 0, 2, 0, 2, "gloo", "cpu", 1)
+    data = SimpleNamespace(train=[0] * 8, val=[], name="fake", augment={}, num_classes=2)
+    plain = Trainer(cfg.load(overrides=["training.batch_size=2"]), CountingBackend(), ctx, data,
+                    RunOutputs("unused", enabled=False))
+    assert [type(c) for c in plain.callbacks.items] == [callbacks.FaultHooks, callbacks.Checkpoints,
+                                                         callbacks.WorkerChoice]
+    config = cfg.load(overrides=["training.batch_size=2", "training.ema_decay=0.99", "training.profile_steps=1",
+                                 "training.balance=dynamic", "training.target_accuracy=0.9",
+                                 "training.freeze_epochs=1"])
+    every = Trainer(config, CountingBackend(), ctx, data, RunOutputs("unused", enabled=False))
+    assert [type(c) for c in every.callbacks.items] == [
+        callbacks.FaultHooks, callbacks.Profiling, callbacks.ModelEma, callbacks.FrozenEpochs,
+        callbacks.Rebalancing, callbacks.TargetStop, callbacks.Checkpoints, callbacks.WorkerChoice]
+    commits = elastic.Commits(None, None, rank=0, per_step=4, commit_every=2, recoveries=elastic.Recoveries())
+    every.callbacks.insert_before(callbacks.Rebalancing, commits)
+    kinds = [type(c) for c in every.callbacks.items]
+    assert kinds.index(callbacks.ModelEma) < kinds.index(elastic.Commits) == kinds.index(callbacks.Rebalancing) - 1
+    plain.callbacks.insert_before(callbacks.Rebalancing, commits)  # no balancing: last
+    assert plain.callbacks.items[-1] is commits
