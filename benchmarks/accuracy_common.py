@@ -3,8 +3,11 @@ data file, the learning-rate curve and the per-epoch records. No hvdcls code: th
 scripts a user of each framework would write; `hvdcls bench --to-accuracy --runners ...` passes
 them hvdcls's recipe as flags and reads their metrics.jsonl as it reads hvdcls's.
 
-The data is an .npz the bench writes once (train_images, train_labels, val_images,
-val_labels: uint8 HxWx3 images and int labels), the very split hvdcls trains and validates on.
+The data is either an .npz the bench writes once (train_images, train_labels, val_images,
+val_labels: uint8 HxWx3 images and int labels), the very split hvdcls trains and validates on,
+or an ImageFolder directory (train/<class>/*, val/<class>/*) that each script reads through its
+own framework's loader, as hvdcls reads it through its own. --model names compact_cnn (written
+out in each script) or any model the framework builds by name (torchvision, keras.applications).
 """
 from __future__ import annotations
 
@@ -17,10 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
+COMPACT_CNN = "compact_cnn"
+
 
 def parse(description: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--data", required=True, help="the .npz of the split (see above)")
+    parser.add_argument("--data", required=True, help="the .npz of the split, or an ImageFolder directory")
+    parser.add_argument("--model", default=COMPACT_CNN, help="compact_cnn, or a name the framework builds")
+    parser.add_argument("--workers", type=int, default=0, help="loader workers (processes) per rank")
     parser.add_argument("--out", required=True, type=Path, help="directory for metrics.jsonl")
     parser.add_argument("--target", type=float, required=True, help="stop once val accuracy reaches it")
     parser.add_argument("--epochs", type=int, required=True, help="at most; the schedule spans them")
@@ -44,6 +51,11 @@ def parse(description: str) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")))
     return parser.parse_args()
+
+
+def is_folder(path: str) -> bool:
+    """--data names an ImageFolder directory (else the .npz split)."""
+    return Path(path).is_dir()
 
 
 def load(path: str) -> dict[str, np.ndarray]:

@@ -1,5 +1,6 @@
 """Peer for `hvdcls bench --to-accuracy`: the plain PyTorch reference, torchrun + DDP (gloo on
-CPU), training compact_cnn on the .npz split until the validation accuracy reaches --target.
+CPU), training compact_cnn (or --model) on the .npz split or an ImageFolder until the validation
+accuracy reaches --target.
 
     torchrun --standalone --nproc_per_node 2 benchmarks/ddp_train_torch.py --data d.npz \
         --out runs/ddp --target 0.9 --epochs 10 --batch-size 16 --lr 0.05 --image-size 16
@@ -8,18 +9,21 @@ What a torch user would write: torchvision transforms on PIL images (RandomResiz
 --scale/--ratio, optional flip, Normalize), a DistributedSampler, DDP, SGD (L2 weight decay on
 every parameter, as torch's SGD takes it) or AdamW, the rate set per step (accuracy_common.lr_at),
 evaluation every epoch on each rank's share of the validation set, summed with all_reduce.
-The model is compact_cnn as hvdcls describes it (hvdcls/models.py), written out here.
+An ImageFolder is read by torchvision.datasets.ImageFolder and a DataLoader of --workers
+processes. The model is compact_cnn as hvdcls describes it (hvdcls/models.py), written out here,
+or torchvision.models.get_model(--model) untrained.
 """
 import time
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from accuracy_common import Records, load, lr_at, parse, write_summary
+import torchvision
+from accuracy_common import COMPACT_CNN, Records, is_folder, load, lr_at, parse, write_summary
 from PIL import Image
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
-from torchvision import transforms
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+from torchvision import datasets, transforms
 
 
 def compact_cnn(num_classes: int) -> nn.Module:
@@ -59,6 +63,27 @@ def transforms_for(args):
     return train, transforms.Compose([transforms.Resize((args.image_size, args.image_size)), *normalise])
 
 
+def splits(args):
+    """(train, val, classes): the .npz split's arrays, or the ImageFolder's train/ and val/."""
+    train_tf, eval_tf = transforms_for(args)
+    if is_folder(args.data):
+        train = datasets.ImageFolder(f"{args.data}/train", train_tf)
+        return train, datasets.ImageFolder(f"{args.data}/val", eval_tf), len(train.classes)
+    data = load(args.data)
+    return (Arrays(data["train_images"], data["train_labels"], train_tf),
+            Arrays(data["val_images"], data["val_labels"], eval_tf), int(data["train_labels"].max()) + 1)
+
+
+def build_model(name: str, classes: int) -> nn.Module:
+    if name == COMPACT_CNN:
+        return compact_cnn(classes)
+    return torchvision.models.get_model(name, weights=None, num_classes=classes)
+
+
+def loader(dataset, workers: int, **kwargs) -> DataLoader:
+    return DataLoader(dataset, num_workers=workers, persistent_workers=workers > 0, **kwargs)
+
+
 def make_optimizer(args, params):
     if args.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
@@ -66,13 +91,12 @@ def make_optimizer(args, params):
                            weight_decay=args.weight_decay)
 
 
-def evaluate(model, images, labels, transform, rank: int, world: int) -> float:
+def evaluate(model, batches, rank: int, world: int) -> float:
     """Accuracy over the whole validation set: this rank's every world-th image, summed."""
     model.eval()
-    shard = Arrays(images[rank::world], labels[rank::world], transform)
     correct = torch.zeros(2)
     with torch.no_grad():
-        for x, y in DataLoader(shard, batch_size=256):
+        for x, y in batches:
             correct += torch.tensor([(model(x).argmax(1) == y).sum().item(), len(y)], dtype=torch.float32)
     dist.all_reduce(correct)
     model.train()
@@ -86,31 +110,31 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)  # the same initial weights everywhere (DDP broadcasts rank 0's too)
-    data = load(args.data)
-    train_tf, eval_tf = transforms_for(args)
-    train = Arrays(data["train_images"], data["train_labels"], train_tf)
+    train, val, classes = splits(args)
     sampler = DistributedSampler(train, world, rank, shuffle=True, seed=args.seed, drop_last=True)
-    loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler, drop_last=True)
-    model = nn.parallel.DistributedDataParallel(compact_cnn(int(data["train_labels"].max()) + 1))
+    batches = loader(train, args.workers, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    val_batches = loader(Subset(val, range(rank, len(val), world)), args.workers, batch_size=256)
+    model = nn.parallel.DistributedDataParallel(build_model(args.model, classes))
     optimizer = make_optimizer(args, model.parameters())
     loss_fn = nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
-    records, steps, reached = Records(args.out, rank == 0), len(loader), None
+    records, steps, reached = Records(args.out, rank == 0), len(batches), None
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
-        for i, (x, y) in enumerate(loader):
+        for i, (x, y) in enumerate(batches):
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(args, epoch * steps + i, steps)
             optimizer.zero_grad(set_to_none=True)
             loss_fn(model(x), y).backward()
             optimizer.step()
-        accuracy = evaluate(model, data["val_images"], data["val_labels"], eval_tf, rank, world)
+        accuracy = evaluate(model, val_batches, rank, world)
         records.add(epoch + 1, accuracy, steps * args.batch_size * world)
         if accuracy >= args.target:  # the same all-reduced figure on every rank: all stop alike
             reached = epoch + 1
             break
     if rank == 0:
         write_summary(args.out, {"runner": "ddp", "world_size": world, "reached_target_epoch": reached,
-                                 "wall_seconds": time.time() - started, "model": "compact_cnn",
+                                 "wall_seconds": time.time() - started, "model": args.model,
+                                 "dataset": "imagefolder" if is_folder(args.data) else "digits",
                                  "versions": {"torch": torch.__version__}})
     dist.barrier()  # no rank tears its Gloo group down while another still uses it (ddp_torch.py)
     dist.destroy_process_group()

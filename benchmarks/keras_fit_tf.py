@@ -1,5 +1,6 @@
 """Peer for `hvdcls bench --to-accuracy`: the plain TensorFlow reference, one process of Keras
-`fit`, training compact_cnn on the .npz split until the validation accuracy reaches --target.
+`fit`, training compact_cnn (or --model) on the .npz split or an ImageFolder until the validation
+accuracy reaches --target.
 
     python benchmarks/keras_fit_tf.py --data d.npz --out runs/keras --target 0.9 --epochs 10 \
         --batch-size 32 --lr 0.05 --image-size 16
@@ -9,7 +10,9 @@ sample_distorted_bounding_box, optional flip, normalisation), `fit` with validat
 epoch, over the whole validation set), a LearningRateSchedule per step (accuracy_common.lr_at's
 curve) and a callback that stops at the target. SGD takes weight decay as Keras does (the
 optimizer's weight_decay, applied to the weights beside the momentum update rather than through
-it, as torch's coupled L2 is). compact_cnn as hvdcls describes it, written out here.
+it, as torch's coupled L2 is). An ImageFolder is read by keras.utils.image_dataset_from_directory
+(each image resized to --image-size on reading, as it does, then cropped as above). compact_cnn
+as hvdcls describes it, written out here, or keras.applications' --model untrained (logits out).
 """
 import os
 import time
@@ -18,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import tensorflow as tf
-from accuracy_common import Records, load, lr_at, parse, write_summary
+from accuracy_common import COMPACT_CNN, Records, is_folder, load, lr_at, parse, write_summary
 
 
 def compact_cnn(num_classes: int, size: int) -> keras.Model:
@@ -36,6 +39,30 @@ def compact_cnn(num_classes: int, size: int) -> keras.Model:
     return keras.Sequential(layers)
 
 
+def build_model(name: str, classes: int, size: int) -> keras.Model:
+    if name == COMPACT_CNN:
+        return compact_cnn(classes, size)
+    known = {n.lower(): getattr(keras.applications, n) for n in dir(keras.applications) if n[0].isupper()}
+    return known[name.lower()](weights=None, input_shape=(size, size, 3), classes=classes,
+                               classifier_activation=None)
+
+
+def sources(args):
+    """(train, val, train images, classes): unbatched (image, label) pairs of the .npz split or
+    of the ImageFolder's train/ and val/."""
+    if is_folder(args.data):
+        def folder(split):
+            return keras.utils.image_dataset_from_directory(
+                f"{args.data}/{split}", label_mode="int", batch_size=None, shuffle=False,
+                image_size=(args.image_size, args.image_size))
+        train = folder("train")
+        return train, folder("val"), len(train.file_paths), len(train.class_names)
+    data = load(args.data)
+    return (tf.data.Dataset.from_tensor_slices((data["train_images"], data["train_labels"])),
+            tf.data.Dataset.from_tensor_slices((data["val_images"], data["val_labels"])),
+            len(data["train_images"]), int(data["train_labels"].max()) + 1)
+
+
 class PerStep(keras.optimizers.schedules.LearningRateSchedule):
     def __init__(self, args, steps_per_epoch: int):
         total = args.epochs * steps_per_epoch
@@ -45,7 +72,7 @@ class PerStep(keras.optimizers.schedules.LearningRateSchedule):
         return self.table[tf.minimum(tf.cast(step, tf.int32), tf.shape(self.table)[0] - 1)]
 
 
-def pipelines(args, data):
+def pipelines(args, train, val, count: int):
     mean, std = tf.constant(args.mean, tf.float32), tf.constant(args.std, tf.float32)
     size = args.image_size
 
@@ -65,11 +92,9 @@ def pipelines(args, data):
     def plain(image, label):
         return tf.image.resize(normalise(image), (size, size), "bilinear"), label
 
-    train = (tf.data.Dataset.from_tensor_slices((data["train_images"], data["train_labels"]))
-             .shuffle(len(data["train_images"]), seed=args.seed).map(augment)
+    train = (train.shuffle(count, seed=args.seed).map(augment)
              .batch(args.batch_size, drop_remainder=True).prefetch(2))
-    val = tf.data.Dataset.from_tensor_slices((data["val_images"], data["val_labels"])).map(plain).batch(256)
-    return train, val
+    return train, val.map(plain).batch(256)
 
 
 class StopAtTarget(keras.callbacks.Callback):
@@ -92,20 +117,21 @@ def main() -> None:
     started = time.time()
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     keras.utils.set_random_seed(args.seed)
-    data = load(args.data)
-    train, val = pipelines(args, data)
-    steps = len(data["train_images"]) // args.batch_size
+    train, val, count, classes = sources(args)
+    train, val = pipelines(args, train, val, count)
+    steps = count // args.batch_size
     schedule = PerStep(args, steps)
     optimizer = (keras.optimizers.AdamW(schedule, weight_decay=args.weight_decay) if args.optimizer == "adamw"
                  else keras.optimizers.SGD(schedule, momentum=args.momentum, nesterov=args.nesterov,
                                            weight_decay=args.weight_decay or None))
-    model = compact_cnn(int(data["train_labels"].max()) + 1, args.image_size)
+    model = build_model(args.model, classes, args.image_size)
     model.compile(optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
     stop = StopAtTarget(args, Records(args.out, True), steps * args.batch_size)
     model.fit(train, validation_data=val, epochs=args.epochs, callbacks=[stop], verbose=0, shuffle=False)
     write_summary(args.out, {"runner": "keras", "world_size": 1, "reached_target_epoch": stop.reached,
-                             "wall_seconds": time.time() - started, "model": "compact_cnn",
+                             "wall_seconds": time.time() - started, "model": args.model,
+                             "dataset": "imagefolder" if is_folder(args.data) else "digits",
                              "versions": {"tensorflow": tf.__version__, "keras": keras.__version__}})
 
 

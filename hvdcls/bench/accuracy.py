@@ -60,7 +60,8 @@ class AccuracySpec:
     runners: list[str] = option(["hvdcls"], choices=RUNNERS, help="with --to-accuracy: hvdcls and "
                                 "the plain references beside it (ddp: torchrun + DDP at each torch "
                                 "cell's np; keras: one process of Keras fit at each TensorFlow "
-                                "cell's global batch; digits and compact_cnn only)")
+                                "cell's global batch; the digits or an ImageFolder, each read by "
+                                "its framework's own loader)")
     backends: list[str] = option(["torch", "tensorflow"], flag=None)  # the bench's own flags
     nps: list[int] = option([1, 2], flag=None)
     batch_sizes: list[int] = option([16], flag=None)
@@ -124,8 +125,8 @@ def command(cell: Cell, spec: AccuracySpec, run_dir: Path, run: int = 0) -> list
     config = resolve(cell, spec, run)
     if cell.runner == "hvdcls":
         return train_command(cell, spec, run_dir, config.training.seed)
-    split = accuracy_peers.write_split(config, run_dir.parent.parent / f"digits-seed{config.training.seed}.npz")
-    script_flags = ["--data", str(split), "--out", str(run_dir),
+    data = accuracy_peers.data_path(config, run_dir.parent.parent)
+    script_flags = ["--data", str(data), "--out", str(run_dir),
                     "--threads", str(matrix.threads_per_rank(cell.np)),
                     *accuracy_peers.flags(config, cell.np, spec.target)]
     return accuracy_peers.command(cell.runner, cell.np, matrix.BASELINES_DIR, script_flags)

@@ -8,8 +8,11 @@
 Each gets hvdcls's recipe for the cell as flags, resolved from the same key=value settings by
 hvdcls's own config (model, augmentation, optimizer, the scaled peak rate, warmup and cosine),
 and the same split: the digits as hvdcls splits them for the run's seed, written once to an .npz
-(the one-time packing the clock leaves out). What the scripts cannot reproduce is refused in
-one line before anything runs.
+(the one-time packing the clock leaves out), or the user's ImageFolder directory, which each
+script reads through its own framework's loader (torchvision's ImageFolder, Keras'
+image_dataset_from_directory) with data.workers processes per rank. The model is compact_cnn,
+written out in each script, or any name its framework builds (torchvision, keras.applications).
+What the scripts cannot reproduce is refused in one line before anything runs.
 """
 from __future__ import annotations
 
@@ -35,15 +38,26 @@ def resolve(overrides: list[str], epochs: int, batch_size: int, lr: Optional[flo
     return config
 
 
+def data_format(config: Config) -> str:
+    from hvdcls.data import datasets
+
+    return datasets.format_name(config)
+
+
 def check(config: Config) -> None:
-    """What the plain scripts reproduce: the digits, compact_cnn, the imagenet-style crop (no
-    policy, erase or mixing), SGD or AdamW, cosine or constant after warmup."""
+    """What the plain scripts reproduce: the digits or an ImageFolder, compact_cnn or a model
+    their framework builds by name, the imagenet-style crop (no policy, erase or mixing), SGD or
+    AdamW, cosine or constant after warmup."""
     why = None
     d, aug = config.data, config.data.augment
-    if d.name not in ("auto", "digits") or d.path:
-        why = "data: the peers train on the digits only (the split is written for them)"
-    elif config.model.name != "compact_cnn":
-        why = f"model.name={config.model.name}: the peers build compact_cnn only"
+    if data_format(config) not in ("digits", "imagefolder"):
+        why = f"data: the peers read the digits or an ImageFolder directory, not {data_format(config)}"
+    elif config.model.name.startswith("timm:") or config.model.weights != "none":
+        why = f"model: the peers build untrained torchvision / keras.applications models, not {config.model.name}"
+    elif isinstance(config.optimizer.lr, str):
+        why = f"optimizer.lr={config.optimizer.lr}: the peers need a number (--lr)"
+    elif not isinstance(d.workers, int):
+        why = f"data.workers={d.workers}: the peers take a number of loader workers"
     elif aug.preset != "imagenet" or not aug.random_resized_crop or aug.policy != "none" or aug.random_erase:
         why = "data.augment: the peers do the imagenet-style random resized crop only"
     elif d.mixup_alpha or d.cutmix_alpha or d.eval_crop != 1.0:
@@ -71,8 +85,17 @@ def flags(config: Config, world_size: int, target: float) -> list[str]:
            "--warmup-start-factor", repr(sch.warmup_start_factor), "--min-lr-factor", repr(sch.min_lr_factor),
            "--image-size", str(d.image_size), "--scale", *map(repr, d.augment.scale),
            "--ratio", *map(repr, d.augment.ratio), "--hflip", repr(hflip_probability(d, "imagenet")),
-           "--mean", *map(repr, d.mean), "--std", *map(repr, d.std), "--seed", str(t.seed)]
+           "--mean", *map(repr, d.mean), "--std", *map(repr, d.std), "--seed", str(t.seed),
+           "--model", config.model.name, "--workers", str(d.workers)]
     return out + (["--nesterov"] if opt.nesterov else [])
+
+
+def data_path(config: Config, scratch: Path) -> Path:
+    """What the script reads: the user's ImageFolder as it is, or the digits' split for the
+    run's seed written once under `scratch`."""
+    if config.data.path and data_format(config) == "imagefolder":
+        return Path(config.data.path)
+    return write_split(config, scratch / f"digits-seed{config.training.seed}.npz")
 
 
 def write_split(config: Config, path: Path) -> Path:

@@ -193,7 +193,26 @@ def test_a_peer_gets_hvdcls_recipe_scaled_for_its_world(tmp_path):
     assert split.exists() and cmd[cmd.index("--data") + 1] == str(split)
 
 
-@pytest.mark.parametrize("setting", ["model.name=resnet18", "optimizer.name=adam", "data.name=synthetic",
+def test_a_peer_reads_an_imagefolder_and_builds_the_named_model(tmp_path):
+    """data.path=DIR goes to the script as it is (no split written), model.name and
+    data.workers as --model and --workers; the digits' default stays compact_cnn."""
+    (tmp_path / "letters" / "train" / "A").mkdir(parents=True)
+    settings = [f"data.path={tmp_path / 'letters'}", "model.name=resnet18", "data.workers=3",
+                "optimizer.lr=0.4", "data.augment.preset=imagenet", "data.eval_crop=1.0"]
+    one = spec(overrides=settings, runners=["hvdcls", "ddp", "keras"])
+    accuracy.validate(one)
+    for runner, np_ in (("ddp", 2), ("keras", 1)):
+        cmd = accuracy.command(accuracy.Cell("torch", np_, 16, runner=runner), one, tmp_path / "c" / "run-1")
+        value = {flag: cmd[i + 1] for i, flag in enumerate(cmd) if flag.startswith("--")}
+        assert value["--data"] == str(tmp_path / "letters") and value["--model"] == "resnet18"
+        assert value["--workers"] == "3" and any(part.endswith(accuracy_peers.SCRIPTS[runner]) for part in cmd)
+    assert not list(tmp_path.glob("*.npz"))
+    digits = accuracy.command(accuracy.Cell("torch", 2, 16, runner="ddp"), spec(), tmp_path / "d" / "run-1")
+    assert digits[digits.index("--model") + 1] == "compact_cnn" and digits[digits.index("--workers") + 1] == "0"
+
+
+@pytest.mark.parametrize("setting", ["model.name=timm:resnet18", "optimizer.name=adam", "data.name=synthetic",
+                                     "data.workers=auto", "optimizer.lr=auto",
                                      "schedule.name=step", "training.label_smoothing=0.1"])
 def test_what_a_peer_cannot_reproduce_is_one_line_exit_2(setting, capsys):
     assert cli.main(["bench", "--to-accuracy", "0.8", "--runners", "hvdcls", "ddp", "--np", "1",
