@@ -77,7 +77,7 @@ def checkpoint_arrays(backend_name: str, directory: Path) -> dict:
 def consolidated(backend_name: str, backend, directory: Path) -> dict:
     """The unsharded optimizer state the ranks' shard files hold, by checkpoint_arrays()'s names:
     their slices re-cut for one rank (a change of world size, 2 to 1)."""
-    sharded = backend.strategy.sharded if backend_name == "torch" else backend.sharded  # zero's ShardedOptimizer
+    sharded = backend.strategy.sharded  # the zero strategy's ShardedOptimizer
     sizes = [b for bucket in sharded.buckets for b in bucket.sizes]
     whole = zero_plan.plan(sizes, 1)
     state = sharded.read_shards(directory, whole, 0)

@@ -25,27 +25,26 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import dataclasses
 import time
 import zipfile
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Callable, ContextManager, Optional, Sequence
+from typing import Any, Callable, ContextManager, Optional, Sequence
 
 import horovod.tensorflow as hvd
 import keras
 import numpy as np
 import tensorflow as tf
 
-from hvdcls import fileio, powersgd
+from hvdcls import fileio, powersgd, strategy
 from hvdcls.backend import TOP_K, EvalSums, LazyArrays, Sums, add
 from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches
 from hvdcls.errors import UserError
 from hvdcls.horovod_backend import HorovodBackend
-from tf_backend import compiled, data, elastic, finetune, models, optimizers, recompute, sync_bn, zero
-from tf_backend.compression import PowerSGDReducer
+from tf_backend import compiled, data, elastic, finetune, models, optimizers, recompute, sync_bn
+from tf_backend.strategies import check_count, tf_variables, variable_bytes
 from tf_backend.weights import CHECKPOINT_FILE, load_initial_weights, refresh_normalization
 
 # The optimizers whose weight decay is L2 added to the gradient here, as torch's SGD and Adam
@@ -53,17 +52,8 @@ from tf_backend.weights import CHECKPOINT_FILE, load_initial_weights, refresh_no
 L2_ON_GRADIENT = ("sgd", "adam")
 
 
-def tf_variables(variables) -> list[tf.Variable]:
-    """Keras 3 variables -> the tf.Variables Horovod can broadcast and differentiate."""
-    return [v.value for v in variables]
-
-
 def host_copy(variable) -> np.ndarray:
     return np.asarray(variable.numpy(), np.float32)
-
-
-def variable_bytes(variables) -> int:
-    return sum(int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size for v in variables)
 
 
 def make_optimizer(config: Config, scales: Optional[Sequence[float]] = None) -> keras.optimizers.Optimizer:
@@ -110,6 +100,7 @@ class TensorFlowBackend(HorovodBackend):
     name = "tensorflow"
     marks_allreduce_wait = True  # the watchdog's phases: `_backward_done` (read when traced)
     counter: powersgd.ByteCounter
+    strategy: Any  # hvdcls.strategy: the reduction mode (tf_backend/strategies/), chosen in build
     class_weights: Optional[list[float]]  # training.class_weights (set_class_weights)
 
     def __init__(self):
@@ -133,7 +124,7 @@ class TensorFlowBackend(HorovodBackend):
         policy = amp_policy(config, self.device != "cpu")
         keras.mixed_precision.set_global_policy(policy or "float32")
         self.loss_scaled = policy == "mixed_float16"
-        zero.refuse_what_breaks(training.zero, self.loss_scaled)
+        chosen = strategy.choose(config, "tensorflow", self.loss_scaled)  # nothing built if refused
         if self.loss_scaled and training.grad_clip_norm:
             raise UserError("training.grad_clip_norm with float16 mixed precision is not supported "
                             "by the tensorflow backend: use training.amp_dtype=bfloat16")
@@ -150,32 +141,16 @@ class TensorFlowBackend(HorovodBackend):
             recompute.enable(self.model, config.model.name)
         self.l2 = config.optimizer.weight_decay if config.optimizer.name in L2_ON_GRADIENT else 0.0
         self.clip = training.grad_clip_norm
-        self.sharded: zero.ShardedOptimizer | None = None
-        if training.zero:  # training.zero: the step by slices (tf_backend/zero.py), its optimizer theirs
-            self.sharded = zero.ShardedOptimizer(self.model.trainable_variables, lambda: make_optimizer(config),
-                                                 training.zero, hv.compression == "fp16", self.l2, self.clip)
-            self.optimizer = self.sharded.local
-        else:
-            optimizer = make_optimizer(config, finetune.variable_scales(self.model, config.model.name,
-                                                                        config.optimizer.layer_decay))
-            self.optimizer = keras.optimizers.LossScaleOptimizer(optimizer) if self.loss_scaled else optimizer
-            self.optimizer.build(self.model.trainable_variables)  # slots exist before any broadcast
+        # the reduction mode: its optimizer, exchange and state (every rank reduces every variable)
+        self.strategy = chosen(self, config, self.model.trainable_variables,
+                               lambda scales=None: make_optimizer(config, scales))
+        self.optimizer, self.counter = self.strategy.optimizer, self.strategy.counter
         self.smoothing = training.label_smoothing
-        self.compression = hvd.Compression.fp16 if hv.compression == "fp16" else hvd.Compression.none
-        self.op = hvd.Adasum if hv.op == "adasum" else hvd.Average
         self.num_classes = num_classes
-        shapes = [tuple(v.shape) for v in self.model.trainable_variables]
         self.timed_apart = training.balance == "dynamic"  # compute and all-reduce timed apart
         self.jit = training.compile  # XLA for the local gradients (a function the step calls)
         self.last_allreduce_wait: float | None = None
         self.backward_done_at: float | None = None  # set inside the step (`_backward_done`)
-        self.reducer: PowerSGDReducer | None = None
-        if hv.compression == "powersgd":  # our own reduction of the gradient list
-            self.reducer = PowerSGDReducer(shapes, hv.powersgd)
-            self.counter = self.reducer.counter
-        else:
-            self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
-            self.dense_step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
         self.ema = None
         # fine-tuning: what the step differentiates (training.freeze_epochs), the loss's weights
         self.trained, self.frozen, self.class_weights = list(self.model.trainable_variables), False, None
@@ -256,23 +231,15 @@ class TensorFlowBackend(HorovodBackend):
             return sums
         with tf.GradientTape() as tape:
             logits, loss, scaled = self._forward(images, labels, weight)
-        if self.reducer is not None or self.timed_apart or self.sharded is not None:
+        if self.timed_apart or not self.strategy.reduces_in_tape:
             grads = tape.gradient(scaled, tf_variables(self.trained))
             # The mark: the watchdog's phase, and the balancer's time (timed_apart).
             marks = [self._mark_backward_done(grads)] if self.marks_allreduce_wait or self.timed_apart else []
-            if self.sharded is not None:  # Horovod: reduced, stepped and gathered by slices
-                self.sharded.apply(grads)
-            elif self.reducer is not None:
-                self._apply(self._powersgd(grads, warmup))
-            else:
-                # Horovod: one all-reduce per gradient, as DistributedGradientTape issues them:
-                # each starts once its gradient exists, overlapping the rest of the backward pass.
-                self._apply([hvd.allreduce(g, op=self.op, compression=self.compression) for g in grads])
+            self.strategy.step(grads, warmup, overlapped=True)  # Horovod: the exchange, then the update
         else:
-            # Horovod: the tape all-reduces the gradients (fused, compressed) as it returns them.
-            tape = hvd.DistributedGradientTape(tape, compression=self.compression, op=self.op)
+            tape = self.strategy.tape(tape)  # Horovod: the tape reduces the gradients it returns
             marks = self._marking(tape)
-            self._apply(tape.gradient(scaled, tf_variables(self.trained)))
+            self.apply_update(tape.gradient(scaled, tf_variables(self.trained)))
         # The mark's output joins the step's, or the function would prune it.
         return self.sums(loss, logits, labels, *marks)
 
@@ -309,15 +276,6 @@ class TensorFlowBackend(HorovodBackend):
         self.waiting_for_allreduce()
         return np.zeros((), np.int32)
 
-    def _powersgd(self, grads, warmup: bool):
-        """Horovod: PowerSGD averages the gradients; the error feedback is kept unscaled. Its
-        plans are the trainable variables'; a frozen one's gradient is None, and no part of it."""
-        scale = self.optimizer.dynamic_scale.value if self.loss_scaled else 1.0
-        assert self.reducer is not None
-        trained = {v.path: g for v, g in zip(self.trained, grads)}
-        every = [trained.get(v.path) for v in self.model.trainable_variables]
-        return [g for g in self.reducer.reduce(every, scale, warmup) if g is not None]
-
     def _local_grads_eager(self, images, labels, weight):
         with tf.GradientTape() as tape:
             logits, loss, scaled = self._forward(images, labels, weight)
@@ -325,16 +283,10 @@ class TensorFlowBackend(HorovodBackend):
         return grads, self.sums(loss, logits, labels)
 
     def _apply_accumulated_eager(self, grads, warmup: bool):
-        if self.sharded is not None:  # Horovod: reduced, stepped and gathered by slices
-            self.sharded.apply(grads)
-            return
-        if self.reducer is not None:
-            self._apply(self._powersgd(grads, warmup))
-            return
-        # Horovod: one all-reduce for the N accumulated passes, as DistributedOptimizer does.
-        self._apply(hvd.grouped_allreduce(grads, op=self.op, compression=self.compression))
+        self.strategy.step(grads, warmup)  # Horovod: one exchange for the N accumulated passes
 
-    def _apply(self, grads) -> None:
+    def apply_update(self, grads) -> None:
+        """The strategy's step, once the gradients are exchanged (not ZeRO's: by slices)."""
         variables = self.trained
         if self.l2:
             grads = [g + self.l2 * tf.cast(v.value, g.dtype) for g, v in zip(grads, variables)]
@@ -344,12 +296,9 @@ class TensorFlowBackend(HorovodBackend):
 
     def train_step(self, micro_batches: list, lr: float, weight: float = 1.0) -> Sums:
         self.optimizer.learning_rate.assign(lr)
-        warmup = self.reducer is not None and self.reducer.warmup  # a Python bool: two traces
+        warmup = self.strategy.warmup()  # a Python bool (PowerSGD's warm-up): two traces
         sums = self._train_micro(micro_batches, tf.constant(weight, tf.float32), warmup)
-        if self.reducer is not None:
-            self.reducer.count(warmup)
-        else:
-            self.counter.add(self.dense_step_bytes)  # Horovod sent every gradient, as configured
+        self.strategy.count(warmup)  # what Horovod sent, as configured
         return sums
 
     def _train_micro(self, micro_batches: list, weight, warmup: bool) -> Sums:
@@ -442,18 +391,8 @@ class TensorFlowBackend(HorovodBackend):
         # all at once: ViT-H/14's 2.5 GB of them killed a zero=2 run under a 22 GB cap.
         arrays: dict[str, np.ndarray | Callable[[], np.ndarray]] = {
             f"model/{i}": v.numpy for i, v in enumerate(self.model.variables)}
-        if self.sharded is not None and self.sharded.in_files:  # each rank wrote its slices
-            arrays[zero.IN_SHARD_FILES] = np.array(self.sharded.size)
-            self.sharded.in_files = False
-        elif self.sharded is not None:
-            gathered = self.sharded.gathered  # the unsharded copy lives until it is written
-            assert gathered is not None
-            self.sharded.gathered = None
-            arrays.update({f"optimizer/{i}": value for i, value in enumerate(gathered)})
-        else:
-            arrays.update({f"optimizer/{i}": v.numpy for i, v in enumerate(self.optimizer.variables)})
+        self.strategy.save_state(arrays)  # the optimizer's (ZeRO: gathered, or in shard files), PowerSGD's
         arrays.update({f"ema/{i}": v.numpy for i, v in enumerate(self.ema or [])})
-        arrays.update(self.reducer.state_arrays() if self.reducer else {})
         with fileio.large_output(directory / CHECKPOINT_FILE) as handle:
             fileio.savez_one_at_a_time(handle, arrays)
 
@@ -464,83 +403,41 @@ class TensorFlowBackend(HorovodBackend):
                 stored = {key: arrays[key] for key in arrays.files}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
             raise UserError(f"cannot load {path}: {err or type(err).__name__}") from None
-        # training.zero: the checkpoint holds the unsharded optimizer's variables, cut on
-        # broadcast, or says that each rank's slices are in its shard file beside it
-        in_shards = self.sharded is not None and zero.IN_SHARD_FILES in stored
-        if self.sharded is None and zero.IN_SHARD_FILES in stored:
-            raise UserError(f"cannot load {path}: its optimizer state is in training.zero's per-rank shard "
-                            "files; resume it with training.zero=1 or 2")
-        optimizer_count = (0 if in_shards else self.sharded.full_length() if self.sharded
-                           else len(self.optimizer.variables))
-        for prefix, count in (("model", len(self.model.variables)), ("optimizer", optimizer_count)):
-            names = [k for k in stored if k.startswith(prefix + "/")]
-            if len(names) != count:
-                raise UserError(f"cannot load {path}: it holds {len(names)} {prefix} variables, "
-                                f"the configured {prefix} has {count}")
+        check_count(path, stored, "model", len(self.model.variables))
+        self.strategy.load_state(stored, directory)  # checked before the model is: nothing half-loaded
         for i, variable in enumerate(self.model.variables):
             variable.assign(stored[f"model/{i}"])
-        if in_shards and self.sharded is not None:
-            self.sharded.load_shards_from(directory)
-        elif self.sharded is not None:
-            self.sharded.load_full([stored[f"optimizer/{i}"] for i in range(optimizer_count)])
-        else:
-            for i, variable in enumerate(self.optimizer.variables):
-                variable.assign(stored[f"optimizer/{i}"])
         if self.ema is not None:  # a checkpoint without one: the EMA starts from its weights
             for i, (average, live) in enumerate(zip(self.ema, self.ema_sources())):
                 average.assign(stored.get(f"ema/{i}", live.numpy()))
-        if self.reducer is not None:
-            try:
-                self.reducer.load_arrays(stored)
-            except (KeyError, ValueError) as err:
-                raise UserError(f"cannot load {path}: no PowerSGD state that fits ({err})") from None
 
     def snapshot(self) -> dict:
         # copies: a numpy view of a variable's buffer would follow the next steps' updates
         return {"model": [np.array(v.numpy(), copy=True) for v in self.model.variables],
-                "optimizer": [np.array(v.numpy(), copy=True) for v in self.optimizer.variables],
-                "powersgd": self.reducer.state_arrays() if self.reducer is not None else None,
-                "counter": dataclasses.replace(self.counter)}
+                **self.strategy.snapshot()}  # the optimizer's, the counter, PowerSGD's own
 
     def restore(self, snapshot: dict) -> None:
-        for variables, values in ((self.model.variables, snapshot["model"]),
-                                  (self.optimizer.variables, snapshot["optimizer"])):
-            for variable, value in zip(variables, values):
-                variable.assign(value)
-        if self.reducer is not None:
-            self.reducer.load_arrays(snapshot["powersgd"])
-        vars(self.counter).update(vars(snapshot["counter"]))  # the reducer's counter too: one object
+        for variable, value in zip(self.model.variables, snapshot["model"]):
+            variable.assign(value)
+        self.strategy.restore(snapshot)
 
     def broadcast_state(self) -> None:
         hvd.broadcast_variables(tf_variables(self.model.variables), root_rank=0)  # Horovod
-        if self.sharded is not None:  # each rank its slices of rank 0's (loaded) state
-            self.sharded.broadcast_state()
-        else:
-            hvd.broadcast_variables(tf_variables(self.optimizer.variables), root_rank=0)  # Horovod
+        self.strategy.broadcast_state()  # Horovod: the optimizer's state (ZeRO: each rank its slices)
         if self.ema is not None:
             hvd.broadcast_variables(self.ema, root_rank=0)  # Horovod: rank 0's EMA copy
-        if self.reducer is not None:  # Horovod: rank 0's PowerSGD Q, error and step count
-            hvd.broadcast_variables(self.reducer.state_variables(), root_rank=0)
-            self.reducer.step = hvd.broadcast_object(self.reducer.step, root_rank=0, name="powersgd.step")
 
     def prepare_checkpoint(self, shard_dir: Optional[Path] = None) -> None:
-        if self.sharded is not None and shard_dir is not None:
-            self.sharded.write_shard(shard_dir)  # each rank its own slices, beside rank 0's file
-        elif self.sharded is not None:
-            self.sharded.gather()  # Horovod: the slices gathered, saved unsharded
-        if self.reducer is not None:
-            self.reducer.average_errors()  # Horovod: one error for all ranks, training unchanged
+        self.strategy.prepare_checkpoint(shard_dir)  # ZeRO's shards or gather, PowerSGD's errors averaged
 
     def weights(self) -> LazyArrays:
         return LazyArrays({v.path: partial(host_copy, v) for v in self.model.variables})
 
     def memory(self) -> dict[str, int]:
-        # Gradients live only inside the compiled step, one per trained variable, of its shape
-        # and dtype: counted from the variables. The optimizer's per-variable slots (momentum,
+        # The gradients as the strategy holds them; the optimizer's per-variable slots (momentum,
         # Adam's moments), not its 0-d iteration count, learning rate or loss scale.
         trained = self.model.trainable_variables
-        grads = self.sharded.held_grad_bytes() if self.sharded else variable_bytes(trained)
-        return {"param_bytes": variable_bytes(trained), "grad_bytes": grads,
+        return {"param_bytes": variable_bytes(trained), "grad_bytes": self.strategy.held_grads(),
                 "optimizer_state_bytes": variable_bytes(v for v in self.optimizer.variables if len(v.shape))}
 
     def elastic_state(self, progress: dict):

@@ -42,14 +42,6 @@ SHARD_SUFFIX = ".npz"
 IN_SHARD_FILES = "zero_shard_files"  # the checkpoint's key when every rank saved its own slices
 
 
-def refuse_what_breaks(zero: int, loss_scaled: bool) -> None:
-    """What the config cannot tell before the device is known (hvdcls.config.checks the rest)."""
-    if zero and loss_scaled:  # the LossScaleOptimizer would check the local slices only
-        raise UserError(f"config training.zero={zero} with float16 mixed precision (training.amp on a "
-                        "GPU): the loss scale does not see the sharded gradients; use "
-                        "training.amp_dtype=bfloat16")
-
-
 class ShardedOptimizer:
     def __init__(self, variables: list, make_optimizer: Callable[[], keras.optimizers.Optimizer],
                  level: int, fp16: bool = False, l2: float = 0.0, clip: Optional[float] = None):

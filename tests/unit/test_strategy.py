@@ -14,7 +14,7 @@ from hvdcls.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = {"torch": "torch_backend", "tensorflow": "tf_backend"}
-MIGRATED = ("torch",)  # backends whose build() picks a strategy (tf_backend: next)
+MIGRATED = ("torch", "tensorflow")  # backends whose build() picks a strategy
 # A condition that names one of these chooses by mode: that belongs in a strategy.
 MODE_NAMES = re.compile(r"\.zero\b|\.compression\b|\.op\b|powersgd|adasum|fp16|\bsharded\b|\breducer\b")
 # The strategies' implementations (one mode each), beside their strategies/ modules.

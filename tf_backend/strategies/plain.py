@@ -1,0 +1,102 @@
+"""The plain strategy: Horovod averages every gradient (horovod.compression=fp16: in float16 on
+the wire), through DistributedGradientTape as backward returns them, or one all-reduce per
+gradient (timed apart: training.balance=dynamic) or grouped (accumulated passes); the backend's
+update follows.
+
+Mirror: torch_backend/strategies/plain.py. The variables it reduces are the ones it is given
+(`variables`), over every rank (hvdcls.strategy: a data-parallel strategy composes).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import horovod.tensorflow as hvd
+import keras
+import numpy as np
+
+from hvdcls import powersgd
+from hvdcls.config import Config
+from hvdcls.errors import UserError
+from hvdcls.strategy import Strategy
+from tf_backend import finetune, zero
+from tf_backend.strategies import check_count, tf_variables, variable_bytes
+from tf_backend.weights import CHECKPOINT_FILE
+
+MakeOptimizer = Callable[..., keras.optimizers.Optimizer]  # (scales=None) -> a Keras optimizer
+
+
+class Plain(Strategy):
+    name = "plain"
+    op = hvd.Average
+    reduces_in_tape = True  # Horovod's DistributedGradientTape may reduce as backward returns
+
+    def __init__(self, host: Any, config: Config, variables: list, make_optimizer: MakeOptimizer):
+        """`host`: the backend (its model, update, loss scaling); `variables`: those reduced."""
+        hv = config.horovod
+        self.host, self.variables = host, variables
+        shapes = [tuple(v.shape) for v in variables]
+        self.compression = hvd.Compression.fp16 if hv.compression == "fp16" else hvd.Compression.none
+        self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
+        self.step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
+        self.optimizer = self.make(config, make_optimizer)
+
+    def make(self, config: Config, make_optimizer: MakeOptimizer) -> Any:
+        optimizer = make_optimizer(finetune.variable_scales(self.host.model, config.model.name,
+                                                            config.optimizer.layer_decay))
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer) if self.host.loss_scaled else optimizer
+        optimizer.build(self.variables)  # slots exist before any broadcast
+        return optimizer
+
+    def warmup(self) -> bool:
+        """A Python bool the compiled step is traced for (PowerSGD's warm-up steps)."""
+        return False
+
+    def tape(self, tape):
+        """Horovod: the tape all-reduces the gradients (fused, compressed) as it returns them."""
+        return hvd.DistributedGradientTape(tape, compression=self.compression, op=self.op)
+
+    def step(self, grads: Optional[list] = None, warmup: bool = False, overlapped: bool = False) -> None:
+        """Inside the compiled step: `grads` averaged, then the backend's update. `overlapped`:
+        one all-reduce per gradient, as DistributedGradientTape issues them (each starts once
+        its gradient exists, overlapping the rest of backward); else one for the N accumulated
+        passes, as DistributedOptimizer does."""
+        assert grads is not None
+        if overlapped:
+            self.host.apply_update([hvd.allreduce(g, op=self.op, compression=self.compression) for g in grads])
+        else:
+            self.host.apply_update(hvd.grouped_allreduce(grads, op=self.op, compression=self.compression))
+
+    def count(self, warmup: bool) -> None:
+        self.counter.add(self.step_bytes)  # Horovod sent every gradient, as configured
+
+    def save_state(self, state: dict) -> None:
+        state.update({f"optimizer/{i}": v.numpy for i, v in enumerate(self.optimizer.variables)})
+
+    def load_state(self, state: dict, directory: Path) -> None:
+        path = directory / CHECKPOINT_FILE
+        if zero.IN_SHARD_FILES in state:
+            raise UserError(f"cannot load {path}: its optimizer state is in training.zero's per-rank shard "
+                            "files; resume it with training.zero=1 or 2")
+        check_count(path, state, "optimizer", len(self.optimizer.variables))
+        for i, variable in enumerate(self.optimizer.variables):
+            variable.assign(state[f"optimizer/{i}"])
+
+    def snapshot(self) -> dict:
+        # copies: a numpy view of a variable's buffer would follow the next steps' updates
+        return {"optimizer": [np.array(v.numpy(), copy=True) for v in self.optimizer.variables],
+                "counter": dataclasses.replace(self.counter)}
+
+    def restore(self, snapshot: dict) -> None:
+        for variable, value in zip(self.optimizer.variables, snapshot["optimizer"]):
+            variable.assign(value)
+        vars(self.counter).update(vars(snapshot["counter"]))  # the reducer's counter too: one object
+
+    def broadcast_state(self) -> None:
+        hvd.broadcast_variables(tf_variables(self.optimizer.variables), root_rank=0)  # Horovod
+
+    def held_grads(self) -> int:
+        # Gradients live only inside the compiled step, one per trained variable, of its shape
+        # and dtype: counted from the variables.
+        return variable_bytes(self.variables)
