@@ -86,6 +86,7 @@ class TorchBackend(HorovodBackend):
     counter: powersgd.ByteCounter
     strategy: Any  # hvdcls.strategy: the reduction mode (torch_backend/strategies/), chosen in build
     ema: Optional[dict[str, torch.Tensor]]
+    pixel_norm: tuple[list[float], list[float]]  # data.mean, data.std: the loader's uint8 batches, normalised
 
     def __init__(self):
         super().__init__(hvd, {"torch": torch.__version__, "torchvision": installed_version("torchvision")})
@@ -152,13 +153,20 @@ class TorchBackend(HorovodBackend):
                             "backward_passes_per_step": hv.backward_passes_per_step}}
 
     def loader(self, batches: EpochBatches, workers: int):
-        return data.loader(batches, workers, pin_memory=self.device.type == "cuda")
+        # uint8 pixels from the workers, normalised on the device (to_device)
+        uint8 = isinstance(batches, EpochBatches) and batches.uint8_ok
+        if uint8:
+            self.pixel_norm = (batches.preprocess.config.mean, batches.preprocess.config.std)
+        return data.loader(batches, workers, pin_memory=self.device.type == "cuda", uint8=uint8)
 
     def loader_worker(self, loader: LoaderWait, batches: EpochBatches) -> Optional[str]:
         return data.waited_worker(loader.iterator) or super().loader_worker(loader, batches)
 
     def to_device(self, images: torch.Tensor) -> torch.Tensor:
-        """Images on the device, NHWC in memory when training.channels_last."""
+        """Images on the device, normalised there when the loader handed over uint8 pixels,
+        NHWC in memory when training.channels_last."""
+        if images.dtype == torch.uint8:
+            images = data.normalise(images.to(self.device), *self.pixel_norm)
         return images.to(self.device, memory_format=self.memory_format)
 
     def autocast(self):
