@@ -16,12 +16,14 @@ import socket
 import time
 from contextlib import nullcontext
 from importlib import metadata
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, ContextManager, Iterable, Optional
 
 from hvdcls.backend import Backend, Context, threads_per_process
 from hvdcls.config import Config
 from hvdcls.powersgd import ByteCounter
+from hvdcls.strategy import Strategy
 
 # horovod.wait=sleep: the nap between two polls of an unfinished handle. A waiting rank wakes
 # about once a millisecond, short against a step with megabytes to all-reduce (ResNet-50 at
@@ -55,11 +57,12 @@ class HorovodBackend(Backend):
     """A Backend over one Horovod binding (`self.hvd`), as `HorovodBasics` is over one library.
 
     A framework backend passes its binding and its framework's versions to __init__ and
-    implements what is still abstract; its build() sets `self.counter` where it counts the
-    gradient bytes it sends.
+    implements what is still abstract; its build() sets `self.strategy`, the reduction mode
+    (hvdcls.strategy), and `self.counter`, where it counts the gradient bytes it sends.
     """
 
     counter: Optional[ByteCounter] = None
+    strategy: Optional[Strategy] = None
 
     def __init__(self, hvd: ModuleType, versions: dict[str, str]):
         self.hvd = hvd  # horovod.torch or horovod.tensorflow
@@ -127,6 +130,10 @@ class HorovodBackend(Backend):
 
     def communication(self) -> Optional[dict]:
         return self.counter.summary() if self.counter is not None else None
+
+    def prepare_checkpoint(self, shard_dir: Optional[Path] = None) -> None:
+        if self.strategy is not None:  # what it holds per rank: ZeRO's slices, PowerSGD's errors
+            self.strategy.prepare_checkpoint(shard_dir)
 
     def elastic_run(self, state: Any, attempt: Callable[[Any, Context], Any]) -> Any:
         # Horovod's own retry loop, the one both bindings' hvd.elastic.run wrap. Imported here:

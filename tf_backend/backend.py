@@ -427,9 +427,6 @@ class TensorFlowBackend(HorovodBackend):
         if self.ema is not None:
             hvd.broadcast_variables(self.ema, root_rank=0)  # Horovod: rank 0's EMA copy
 
-    def prepare_checkpoint(self, shard_dir: Optional[Path] = None) -> None:
-        self.strategy.prepare_checkpoint(shard_dir)  # ZeRO's shards or gather, PowerSGD's errors averaged
-
     def weights(self) -> LazyArrays:
         return LazyArrays({v.path: partial(host_copy, v) for v in self.model.variables})
 

@@ -305,9 +305,6 @@ class TorchBackend(HorovodBackend):
         if self.ema is not None:  # Horovod: rank 0's EMA copy
             hvd.broadcast_parameters([(f"ema.{n}", t) for n, t in self.ema.items()], root_rank=0)
 
-    def prepare_checkpoint(self, shard_dir: Optional[Path] = None) -> None:
-        self.strategy.prepare_checkpoint(shard_dir)  # ZeRO's shards or gather, PowerSGD's errors averaged
-
     def weights(self) -> LazyArrays:
         return LazyArrays({name: partial(host_copy, t) for name, t in self.model.state_dict().items()})
 
