@@ -50,7 +50,7 @@ setup(
         "test": requirements("test"),
     },
     entry_points={"console_scripts": ["hvdcls = hvdcls.cli:main",
-                                      "hvdcls-horovodrun = hvdcls.horovodrun:main"]},
+                                      "hvdcls-horovodrun = hvdcls.launching.horovodrun:main"]},
     classifiers=[
         "Programming Language :: Python :: 3.11",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",

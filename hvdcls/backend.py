@@ -251,7 +251,7 @@ class Backend(abc.ABC):
 
     def communication(self) -> Optional[dict]:
         """Gradient bytes all-reduced so far, counted from the tensors sent
-        (hvdcls.powersgd.ByteCounter.summary()); None where the backend does not count."""
+        (hvdcls.maths.powersgd.ByteCounter.summary()); None where the backend does not count."""
         return None
 
     @abc.abstractmethod

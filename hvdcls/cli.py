@@ -37,8 +37,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from hvdcls import __version__, allocator, flags, registry
+from hvdcls import __version__, flags, registry
 from hvdcls.errors import EXIT_FAILURE, EXIT_USER_ERROR, JobStopped, UserError
+from hvdcls.launching import allocator
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -364,7 +365,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
     return args
 
 
-# Commands whose process trains (a rank): they run on the allocator hvdcls/allocator.py picks.
+# Commands whose process trains (a rank): they run on the allocator hvdcls/launching/allocator.py picks.
 ALLOCATOR_COMMANDS = ("train",)
 # The bench's own process stays as it is (its peers' cells inherit its environment); its hvdcls
 # workers re-execute themselves, so a bad HVDCLS_ALLOCATOR is reported here, before any cell.

@@ -22,7 +22,7 @@ from typing import Any, Callable, ContextManager, Iterable, Optional
 
 from hvdcls.backend import Backend, Context, threads_per_process
 from hvdcls.config import Config
-from hvdcls.powersgd import ByteCounter
+from hvdcls.maths.powersgd import ByteCounter
 from hvdcls.strategy import Strategy
 
 # horovod.wait=sleep: the nap between two polls of an unfinished handle. A waiting rank wakes

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from hvdcls.errors import UserError
-from hvdcls.fileio import write_json_atomic
+from hvdcls.files.fileio import write_json_atomic
 
 CARD_FILE = "model_card.json"
 FORMAT = 1

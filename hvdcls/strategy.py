@@ -107,7 +107,7 @@ class Strategy(abc.ABC):
     """One reduction mode on one backend. The backend owns the model, the loss and the mixed
     precision; the strategy owns the optimizer (`optimizer`), the exchange of the gradients and
     the step, the optimizer's and its own state in checkpoints and snapshots, and the bytes it
-    sends (`counter`, a hvdcls.powersgd.ByteCounter)."""
+    sends (`counter`, a hvdcls.maths.powersgd.ByteCounter)."""
 
     name: str
     optimizer: Any

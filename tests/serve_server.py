@@ -24,7 +24,7 @@ from typing import Callable, Optional
 
 import httpx
 
-from hvdcls import launch
+from hvdcls.launching import launch
 
 REPO = Path(__file__).resolve().parents[1]
 FINAL = ("succeeded", "failed", "cancelled")

@@ -22,8 +22,8 @@ import numpy as np
 
 from hvdcls import config as cfg
 from hvdcls import registry
-from hvdcls import zero as zero_plan
 from hvdcls.backend import weights_digest
+from hvdcls.maths import zero as zero_plan
 
 SIDE, CLASSES, BATCH, LEVELS = 16, 10, 8, (0, 1, 2)
 CASES = {  # name: (overrides, lr)

@@ -37,12 +37,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hvdcls import fileio, powersgd, strategy
+from hvdcls import strategy
 from hvdcls.backend import TOP_K, EvalSums, LazyArrays, Sums, add
 from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches
 from hvdcls.errors import UserError
+from hvdcls.files import fileio
 from hvdcls.horovod_backend import HorovodBackend
+from hvdcls.maths import powersgd
 from tf_backend import compiled, data, elastic, finetune, models, optimizers, recompute, sync_bn
 from tf_backend.strategies import check_count, tf_variables, variable_bytes
 from tf_backend.weights import CHECKPOINT_FILE, load_initial_weights, refresh_normalization

@@ -1,4 +1,4 @@
-"""PowerSGD for TensorFlow gradients: the tensor operations of hvdcls/powersgd.py.
+"""PowerSGD for TensorFlow gradients: the tensor operations of hvdcls/maths/powersgd.py.
 
 Mirror: torch_backend/compression.py. `reduce(grads, scale, warmup)` runs inside the backend's
 compiled step and returns the ranks' (compressed) average of the gradient list. Three grouped
@@ -12,8 +12,8 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
-from hvdcls import powersgd
 from hvdcls.config import PowerSGDConfig
+from hvdcls.maths import powersgd
 
 # (tensors, name) -> the ranks' averages, in order.
 Exchange = Callable[[list, str], list]

@@ -1,4 +1,4 @@
-"""LARS and LAMB as Keras 3 optimizers: the update rules of hvdcls.lars_lamb (the formulas and
+"""LARS and LAMB as Keras 3 optimizers: the update rules of hvdcls.maths.lars_lamb (the formulas and
 the NumPy reference the tests compare with), computed per variable (one layer's weight).
 
 Mirror: torch_backend/optimizers.py. Horovod averages the gradients before apply_gradients
@@ -14,7 +14,7 @@ import math
 import keras
 from keras import ops
 
-from hvdcls.lars_lamb import LAMB_BETA1, LAMB_BETA2, LAMB_EPS, adapted
+from hvdcls.maths.lars_lamb import LAMB_BETA1, LAMB_BETA2, LAMB_EPS, adapted
 
 
 def bias_correction(beta: float, t):

@@ -1,6 +1,6 @@
 """training.zero for the TensorFlow backend: ShardedOptimizer, in place of the all-reduced update.
 
-Mirror: torch_backend/zero.py (the same plan, hvdcls.zero, and the same collectives). The
+Mirror: torch_backend/zero.py (the same plan, hvdcls.maths.zero, and the same collectives). The
 trained variables lie in flat buckets; each rank owns one contiguous 1/N slice of every bucket
 and keeps a Keras optimizer over its slices alone (one flat variable per bucket), so its slots
 (momentum, Adam's moments) are 1/N of the unsharded ones. `apply(grads)`, inside the compiled
@@ -15,8 +15,8 @@ SGD, Adam and AdamW act element by element, so stepping a slice is stepping thos
 padding stays zero and is dropped.
 
 Checkpoints: where every rank sees the checkpoint directory, each rank writes its own slices
-(the local optimizer's variables) to a file there (hvdcls.zero.shard_file_name) and a resume
-reads them back, re-sharding when the world size changed (hvdcls.zero.sources). Elsewhere they
+(the local optimizer's variables) to a file there (hvdcls.maths.zero.shard_file_name) and a resume
+reads them back, re-sharding when the world size changed (hvdcls.maths.zero.sources). Elsewhere they
 hold the unsharded optimizer's variables: a Keras optimizer built on the model lists
 `iteration` and `learning_rate`, then each variable's slots in order (momentum, velocity), which
 `gather()` rebuilds from the slices (a collective) and `load_full()` cuts them from.
@@ -33,9 +33,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hvdcls import fileio
 from hvdcls.errors import UserError
-from hvdcls.zero import Bucket, fill_from, find_shards, plan, shard_file_name
+from hvdcls.files import fileio
+from hvdcls.maths.zero import Bucket, fill_from, find_shards, plan, shard_file_name
 
 SLICE = "zero_slice"
 SHARD_SUFFIX = ".npz"

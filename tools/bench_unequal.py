@@ -26,10 +26,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hvdcls import fileio, horovod_env
 from hvdcls.bench import guard, matrix
 from hvdcls.bench.report import write_outputs
 from hvdcls.config import HorovodConfig
+from hvdcls.files import fileio
+from hvdcls.launching import horovod_env
 
 COMPOSE_FILES = [REPO / "docker" / "compose.yaml", REPO / "docker" / "compose.unequal.yaml"]
 WORKERS, RANKS_PER_WORKER, SSH_PORT = ("worker1", "worker2"), 2, 12345

@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hvdcls import fileio  # noqa: E402
+from hvdcls.files import fileio  # noqa: E402
 
 SETS = {"a": ("ABCDEFGHIJ", 0), "b": ("KLMNOPQRST", 1)}  # letters, the drawing's seed
 GRID = (0.1, 0.2, 0.4, 0.8, 1.6)

@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hvdcls import launch  # noqa: E402
 from hvdcls.bench import photos  # noqa: E402
+from hvdcls.launching import launch  # noqa: E402
 
 PEER = '''import csv
 import sys

@@ -121,7 +121,7 @@ class Service:
     """`hvdcls serve` in a fresh state directory; stopped (and its jobs ended) on exit."""
 
     def __init__(self, hosts: str, cooldown: str, work: Path):
-        from hvdcls import launch
+        from hvdcls.launching import launch
 
         self.state = work / "state"
         (work / "data").mkdir(parents=True, exist_ok=True)

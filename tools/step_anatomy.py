@@ -36,9 +36,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's hvdcls first
 
-from hvdcls import fileio, launch
 from hvdcls.bench import anatomy, anatomy_report, guard
 from hvdcls.bench import matrix as bench
+from hvdcls.files import fileio
+from hvdcls.launching import launch
 
 STACKS = {"hvdcls": "hvdcls", "ddp": "ddp"}  # stack -> the bench's runner
 

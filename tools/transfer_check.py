@@ -23,7 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hvdcls import fileio, launch  # noqa: E402
+from hvdcls.files import fileio  # noqa: E402
+from hvdcls.launching import launch  # noqa: E402
 from tests.image_tree import write_letters_imagefolder  # noqa: E402
 
 FIRST, SECOND = "ABCDEFGHIJKLM", "NOPQRSTUVWXYZ"

@@ -19,12 +19,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hvdcls import fileio, powersgd, strategy
+from hvdcls import strategy
 from hvdcls.backend import TOP_K, EvalSums, LazyArrays, Sums, add
 from hvdcls.config import Config, worker_lr
 from hvdcls.data.batches import EpochBatches, LoaderWait
 from hvdcls.errors import UserError
+from hvdcls.files import fileio
 from hvdcls.horovod_backend import HorovodBackend, waits_asleep
+from hvdcls.maths import powersgd
 from torch_backend import compiled, data, elastic, finetune, models, optimizers, recompute
 from torch_backend.sync_bn import SyncBatchNorm
 from torch_backend.weights import CHECKPOINT_FILE, load_initial_weights

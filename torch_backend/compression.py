@@ -1,4 +1,4 @@
-"""PowerSGD for torch gradients: the tensor operations of hvdcls/powersgd.py.
+"""PowerSGD for torch gradients: the tensor operations of hvdcls/maths/powersgd.py.
 
 Mirror: tf_backend/compression.py. Replaces hvd.DistributedOptimizer's reduction: after the
 backward passes, `reduce_(grads)` turns each rank's gradients into the ranks' (compressed)
@@ -11,9 +11,9 @@ from typing import Callable, Optional
 
 import torch
 
-from hvdcls import powersgd
 from hvdcls.config import PowerSGDConfig
 from hvdcls.horovod_backend import sleep_until_done
+from hvdcls.maths import powersgd
 
 # (tensors, name) -> a handle; handle -> the ranks' averages, in order.
 Start = Callable[[list, str], object]

@@ -1,4 +1,4 @@
-"""LARS and LAMB as torch optimizers: the update rules of hvdcls.lars_lamb (the formulas and
+"""LARS and LAMB as torch optimizers: the update rules of hvdcls.maths.lars_lamb (the formulas and
 the NumPy reference the tests compare with), computed per parameter tensor (one layer's weight).
 
 Mirror: tf_backend/optimizers.py. Horovod's DistributedOptimizer re-creates the optimizer's
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from hvdcls.lars_lamb import LAMB_BETA1, LAMB_BETA2, LAMB_EPS, adapted
+from hvdcls.maths.lars_lamb import LAMB_BETA1, LAMB_BETA2, LAMB_EPS, adapted
 
 
 def trust_ratio(weight: torch.Tensor, update: torch.Tensor, coefficient: float = 1.0) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """training.zero for the PyTorch backend: ShardedOptimizer, in place of hvd.DistributedOptimizer.
 
-Mirror: tf_backend/zero.py. The parameters lie in flat buckets (hvdcls.zero.plan); each rank
+Mirror: tf_backend/zero.py. The parameters lie in flat buckets (hvdcls.maths.zero.plan); each rank
 owns one contiguous 1/N slice of every bucket and keeps a plain local optimizer over its slices
 alone (one flat tensor per bucket), so its state (momentum, Adam's moments) is 1/N of the
 unsharded one. A step: the gradients are averaged bucket by bucket (zero=1: an all-reduce of
@@ -15,8 +15,8 @@ padding (zero gradient, zero weight) stays zero and is dropped.
 It answers what the backend asks of DistributedOptimizer (param_groups, zero_grad,
 synchronize, skip_synchronize, step, state_dict, load_state_dict), so the train step is the
 same code. Checkpoints: where every rank sees the checkpoint directory, each rank writes its
-own slices' state to a file there (hvdcls.zero.shard_file_name) and a resume reads them back,
-re-sharding when the world size changed (hvdcls.zero.sources); elsewhere prepare_checkpoint()
+own slices' state to a file there (hvdcls.maths.zero.shard_file_name) and a resume reads them back,
+re-sharding when the world size changed (hvdcls.maths.zero.sources); elsewhere prepare_checkpoint()
 gathers the unsharded optimizer's state_dict to rank 0 (a collective) and load_state_dict()
 cuts this rank's slices out of one, whatever world size wrote it.
 """
@@ -31,10 +31,10 @@ from typing import Callable, Optional
 import horovod.torch as hvd
 import torch
 
-from hvdcls import fileio
 from hvdcls.errors import UserError
+from hvdcls.files import fileio
 from hvdcls.horovod_backend import sleep_until_done
-from hvdcls.zero import BUCKET_ELEMENTS, Bucket, fill_from, find_shards, plan, shard_file_name
+from hvdcls.maths.zero import BUCKET_ELEMENTS, Bucket, fill_from, find_shards, plan, shard_file_name
 
 MakeOptimizer = Callable[[list], torch.optim.Optimizer]
 SHARD_SUFFIX = ".pt"

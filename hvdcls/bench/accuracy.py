@@ -28,10 +28,12 @@ from pathlib import Path
 from typing import Optional
 
 from hvdcls import config as cfg
-from hvdcls import fileio, launch, registry
+from hvdcls import registry
 from hvdcls.bench import accuracy_peers, guard, matrix, to_target
 from hvdcls.errors import UserError
+from hvdcls.files import fileio
 from hvdcls.flags import option
+from hvdcls.launching import launch
 
 # The throughput bench's flags that mean the same here; its others measure steps only.
 SHARED = ("backends", "nps", "batch_sizes")

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hvdcls import fileio, tables
+from hvdcls import tables
 from hvdcls.bench import to_target
 from hvdcls.bench.guard import BUSY_SHARE
 from hvdcls.bench.report import allocators, outside_label
+from hvdcls.files import fileio
 
 COLUMNS = ["runner", "backend", "np", "batch/worker", "global batch", "optimizer", "lr", "lr rule",
            "warmup", "converged", "seconds (median)", "seconds min-max", "epochs (median)", "epochs min-max",

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from hvdcls import fileio
+from hvdcls.files import fileio
 
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 

@@ -33,13 +33,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-from hvdcls import fileio, gpu, horovod_env, launch, models, registry, zero
+from hvdcls import models, registry
 from hvdcls.backend import usable_cores
 from hvdcls.bench import data as bench_data
 from hvdcls.bench import guard, peers, sharding, slow
 from hvdcls.config import Compression, HorovodConfig, Wait
 from hvdcls.errors import UserError
+from hvdcls.files import fileio
 from hvdcls.flags import option
+from hvdcls.launching import gpu, horovod_env, launch
+from hvdcls.maths import zero
 
 BASELINES_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 BASELINE_SCRIPTS = {("raw-horovod", "torch"): "raw_horovod_torch.py",
@@ -343,7 +346,7 @@ def summarise(cell: Cell, raw: dict) -> dict:
             "allreduce_bytes_per_step": None if buffer is None else buffer if cell.np > 1 else 0,
             "ring_bytes_sent_per_rank": None if buffer is None else int(buffer * 2 * (cell.np - 1) / cell.np),
             "horovod_settings": raw.get("horovod_settings", {}), "versions": raw.get("versions", {}),
-            "allocator": raw.get("allocator"),  # hvdcls's ranks: hvdcls/allocator.py
+            "allocator": raw.get("allocator"),  # hvdcls's ranks: hvdcls/launching/allocator.py
             "balance_plan": (raw.get("balance") or {}).get("batches"),
             "first_step_seconds": raw.get("first_step_seconds"),
             # rank 0's tensors and peak RSS, and every rank's (hvdcls.training.memory)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from typing import Optional
 
-from hvdcls import launch
+from hvdcls.launching import launch
 
 PEERS = {"torch": "ddp", "tensorflow": "mwms"}
 ACROSS_LINK = {"ddp"}  # the peers the bench runs across --link-mbit's namespaces

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hvdcls import fileio, tables
+from hvdcls import tables
 from hvdcls.bench.guard import BUSY_SHARE
 from hvdcls.bench.sharding import SHARDED
+from hvdcls.files import fileio
 
 COLUMNS = ["runner", "backend", "np", "compression", "batch", "model", "data", "balance", "compile",
            "zero", "wait", "img/s (median)", "spread", "img/s/worker", "scaling eff.", "step ms", "1st step s",
@@ -110,7 +111,7 @@ def data_label(cell: dict) -> str:
 
 
 def allocators(report: dict) -> str:
-    """'; hvdcls's ranks on tcmalloc' (hvdcls/allocator.py); the peers' allocator is whatever
+    """'; hvdcls's ranks on tcmalloc' (hvdcls/launching/allocator.py); the peers' allocator is whatever
     their environment gives them."""
     found = sorted({c["allocator"] for c in report["cells"] if c.get("allocator")})
     return f"; hvdcls's ranks on {', '.join(found)} (HVDCLS_ALLOCATOR)" if found else ""

@@ -1,4 +1,4 @@
-"""`hvdcls bench --zero 0 1 2`: what training.zero (hvdcls.zero) saves per rank, read off the
+"""`hvdcls bench --zero 0 1 2`: what training.zero (hvdcls.maths.zero) saves per rank, read off the
 bench's cells. Each cell's worker counts rank 0's tensors (hvdcls.training.memory); here a
 sharded cell's bytes and speed are set against its zero 0 twin, and every cell's bytes against
 np=1 at the same level, and the settings training.zero refuses are refused before a launch."""
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from hvdcls import zero
 from hvdcls.errors import UserError
+from hvdcls.maths import zero
 
 SHARDED = ("optimizer_state_bytes", "grad_bytes")  # what training.zero cuts into slices
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hvdcls import allocator, fileio, horovod_env, registry, zero
 from hvdcls import config as cfg
+from hvdcls import registry
 from hvdcls.bench import anatomy
 from hvdcls.bench import data as bench_data
 from hvdcls.data import datasets
@@ -31,6 +31,9 @@ from hvdcls.data.sharding import TrainShards
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
 from hvdcls.data.workers import LoaderWorkers
+from hvdcls.files import fileio
+from hvdcls.launching import allocator, horovod_env
+from hvdcls.maths import zero
 from hvdcls.training import balance, memory
 
 BALANCE_SETTLE_STEPS = 15  # --balance dynamic: untimed steps for the plan to settle first
@@ -263,5 +266,5 @@ def result(args: argparse.Namespace, ctx, info: dict, settings: dict, reps: list
 
 
 if __name__ == "__main__":
-    allocator.reexec_with_allocator()  # as `hvdcls train` does (hvdcls/allocator.py)
+    allocator.reexec_with_allocator()  # as `hvdcls train` does (hvdcls/launching/allocator.py)
     raise SystemExit(main())

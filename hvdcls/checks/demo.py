@@ -14,7 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from hvdcls import launch, registry, tables
+from hvdcls import registry, tables
+from hvdcls.launching import launch
 
 TARGET_ACCURACY = 0.95
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "digits.yaml"

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from importlib import metadata, util
 from pathlib import Path
 
-from hvdcls import launch, registry
+from hvdcls import registry
+from hvdcls.launching import launch
 
 FIX_SETUP = "run `make setup` in the hvdcls checkout"
 BUILD_STAMP = "hvdcls-horovod-build.json"  # written by tools/horovod_wheel.py

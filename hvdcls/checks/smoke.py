@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hvdcls import launch, registry
-from hvdcls.fileio import write_json_atomic
+from hvdcls import registry
+from hvdcls.files.fileio import write_json_atomic
+from hvdcls.launching import launch
 
 FEATURES, HIDDEN, CLASSES, BATCH = 8, 16, 4, 16
 # float32 SGD against a float32 reference computed in another order: rounding only.

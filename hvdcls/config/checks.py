@@ -18,8 +18,8 @@ from hvdcls.config.schema import (
 )
 from hvdcls.errors import UserError
 from hvdcls.finetune import decay_in_force
+from hvdcls.maths.zero import check_level
 from hvdcls.models import VIT, vit_patches, vit_spec
-from hvdcls.zero import check_level
 
 
 def _choices(cls: type, prefix: str = "") -> dict[str, tuple[str, ...]]:

@@ -106,7 +106,7 @@ class LRFindConfig:
 
 @dataclass
 class OptimizerConfig:
-    # lars, lamb: layer-wise trust ratios for large global batches (hvdcls.lars_lamb)
+    # lars, lamb: layer-wise trust ratios for large global batches (hvdcls.maths.lars_lamb)
     name: Literal["sgd", "adam", "adamw", "lars", "lamb"] = "sgd"
     # per 256 images of the global batch (see scale_lr); auto: the range test picks it (the
     # default for a user's data, hvdcls.config.USER_DATA_DEFAULTS). An int or a number in a
@@ -248,7 +248,7 @@ class TrainingConfig:
 
 @dataclass
 class PowerSGDConfig:
-    """horovod.compression=powersgd: gradients as rank-r factors (hvdcls/powersgd.py)."""
+    """horovod.compression=powersgd: gradients as rank-r factors (hvdcls/maths/powersgd.py)."""
 
     rank: int = 4
     start_iter: int = 10  # plain all-reduce for this many first steps (the errors are large)
@@ -268,7 +268,7 @@ class HorovodConfig:
     # Tensor fusion buffer and the background thread's cycle. A value here beats the environment
     # (`horovodrun --fusion-threshold-mb/--cycle-time-ms` set HOROVOD_FUSION_THRESHOLD and
     # HOROVOD_CYCLE_TIME there); None: the environment's value, else ours: 32 MB and 5 ms (from
-    # the bench; hvdcls.horovod_env.SETTINGS), or Horovod's own (tuned) under autotune.
+    # the bench; hvdcls.launching.horovod_env.SETTINGS), or Horovod's own (tuned) under autotune.
     fusion_threshold_mb: Optional[float] = None
     cycle_time_ms: Optional[float] = None
     hierarchical_allreduce: bool = False

@@ -12,13 +12,13 @@ from typing import Optional
 
 import numpy as np
 
-from hvdcls.cache import cache_dir
 from hvdcls.config import Config
 from hvdcls.data import lmdb_store, presets
 from hvdcls.data.bad_files import BadFileLog, CheckedSource
 from hvdcls.data.sources import ArraySource, Data, FileSource, SyntheticSource, imagefolder_splits, split_source
 from hvdcls.errors import UserError
-from hvdcls.fileio import write_atomic
+from hvdcls.files.cache import cache_dir
+from hvdcls.files.fileio import write_atomic
 
 
 def digits(config: Config) -> Data:

@@ -26,7 +26,7 @@ import numpy as np
 
 from hvdcls import registry
 from hvdcls.errors import EXIT_FAILURE, EXIT_OK, UserError
-from hvdcls.fileio import write_atomic
+from hvdcls.files.fileio import write_atomic
 from hvdcls.inference import onnx_model
 from hvdcls.inference.contract import InferenceModel
 from hvdcls.inference.images import UNREADABLE, ImageFiles, eval_epoch, eval_preprocess, find_images, why_unreadable

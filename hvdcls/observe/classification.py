@@ -18,7 +18,7 @@ from typing import Optional
 
 import numpy as np
 
-from hvdcls.fileio import write_atomic, write_json_atomic
+from hvdcls.files.fileio import write_atomic, write_json_atomic
 
 TOP_K = 5  # the second accuracy reported besides top-1 (when there are more classes than that)
 EVALUATION_FILE = "evaluation.json"

@@ -117,7 +117,7 @@ class Sink:
         pass
 
     def phase(self, name: str) -> None:
-        """The run enters a phase of hvdcls.status_file (evaluating, checkpointing, resetting)."""
+        """The run enters a phase of hvdcls.files.status_file (evaluating, checkpointing, resetting)."""
 
     def failed(self, error: str) -> None:
         """The run ends with this one-line error (not called when it ends normally)."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from hvdcls import tables
 from hvdcls.errors import UserError
-from hvdcls.fileio import read_jsonl, write_atomic
+from hvdcls.files.fileio import read_jsonl, write_atomic
 from hvdcls.observe import classification
 from hvdcls.observe.monitor import Sink
 

@@ -1,9 +1,9 @@
-"""RUN_DIR/status.json on rank 0 (its format: hvdcls.status_file): phase, epoch and step,
+"""RUN_DIR/status.json on rank 0 (its format: hvdcls.files.status_file): phase, epoch and step,
 progress, the last epoch's metrics, the world, the metrics endpoint.
 
 Every phase change, the run's start in each world and each epoch's end are written at once;
 steps at most every WRITE_INTERVAL_SECONDS. One write is a small JSON file written to a
-temporary name and renamed (hvdcls.fileio), so a reader never sees it torn; only the last one
+temporary name and renamed (hvdcls.files.fileio), so a reader never sees it torn; only the last one
 (done, failed) is fsync'd, as the next write replaces any other within a second and an fsync
 costs milliseconds (3-6 ms on this project's test machines' local disks, more on a network
 file system where a run directory often lives: 3-4 writes an epoch of the digits at np=2, a
@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from hvdcls import status_file
-from hvdcls.fileio import write_json_atomic
+from hvdcls.files import status_file
+from hvdcls.files.fileio import write_json_atomic
+from hvdcls.files.status_file import RunStatus
 from hvdcls.observe.monitor import RunInfo, Sink, StepSample
-from hvdcls.status_file import RunStatus
 
 WRITE_INTERVAL_SECONDS = 1.0
 

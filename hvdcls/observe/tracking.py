@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from hvdcls import __version__, horovod_env
+from hvdcls import __version__
+from hvdcls.launching import horovod_env
 from hvdcls.observe.monitor import RunInfo, Sink
 
 # MLflow's own variables, set only where the environment leaves them unset. Its client would

@@ -35,9 +35,10 @@ from fastapi.responses import Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from hvdcls import __version__, status_file
+from hvdcls import __version__
 from hvdcls.errors import UserError
-from hvdcls.fileio import write_json_atomic
+from hvdcls.files import status_file
+from hvdcls.files.fileio import write_json_atomic
 from hvdcls.serve import console, guards, users
 from hvdcls.serve.errors import Refused
 from hvdcls.serve.metrics import ServiceCollector

@@ -21,8 +21,9 @@ from typing import Optional
 import httpx
 
 from hvdcls import config as cfg
-from hvdcls import launch, tables
+from hvdcls import tables
 from hvdcls.errors import UserError
+from hvdcls.launching import launch
 from hvdcls.serve.slurm_options import SlurmOptions
 
 RETRY_SECONDS = 60  # a submission cut by a restart is sent again this long (a restart takes seconds)

@@ -55,7 +55,7 @@ def run_slurm_script(args: argparse.Namespace) -> int:
 
     from hvdcls import config as cfg
     from hvdcls.errors import UserError
-    from hvdcls.fileio import write_atomic
+    from hvdcls.files.fileio import write_atomic
     from hvdcls.serve import runner
     from hvdcls.serve import spec as job_spec
     from hvdcls.serve.executors import slurm_batch

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from hvdcls import status_file
+from hvdcls.files import status_file
 from hvdcls.serve.store import QUEUED, RUNNING, STATES
 
 if TYPE_CHECKING:

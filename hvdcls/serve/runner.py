@@ -12,7 +12,7 @@
     RUN_DIR/exit_status.json  written by the wrapper when horovodrun ends (naming its launch)
     RUN_DIR/launches/ID.json  each launch's claim: the wrapper's pid, or abandoned by a
                               restarted service (hvdcls.serve.launches)
-    RUN_DIR/status.json       rank 0's own account of the run (hvdcls.status_file): phase,
+    RUN_DIR/status.json       rank 0's own account of the run (hvdcls.files.status_file): phase,
                               progress, last epoch's metrics, world, metrics endpoint
     RUN_DIR/metrics.jsonl, summary.json, checkpoints/, ...   what `hvdcls train` writes
 
@@ -29,9 +29,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from hvdcls import launch, status_file
 from hvdcls.errors import UserError
-from hvdcls.fileio import write_atomic, write_json_atomic
+from hvdcls.files import status_file
+from hvdcls.files.fileio import write_atomic, write_json_atomic
+from hvdcls.launching import launch
 from hvdcls.serve.scheduler import parse_hosts
 
 if TYPE_CHECKING:

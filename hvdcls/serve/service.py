@@ -8,7 +8,7 @@ update (`expect=`), so a cancel racing a start or an end never leaves a job in t
 
 What the loop knows of a job comes from three places only: the job table, what its executor
 says (Seen: queued, running, or how it ended) and the job's own status.json (progress, the time
-of its last step, the world it runs in; hvdcls.status_file). It parses no job output.
+of its last step, the world it runs in; hvdcls.files.status_file). It parses no job output.
 """
 from __future__ import annotations
 
@@ -22,14 +22,14 @@ from typing import Optional
 from sqlalchemy.exc import IntegrityError
 
 from hvdcls import config as cfg
-from hvdcls import status_file
 from hvdcls.errors import UserError
+from hvdcls.files import status_file
+from hvdcls.files.status_file import RunStatus
 from hvdcls.serve import elasticity, executors, faults, launches, runner, scheduler
 from hvdcls.serve import spec as job_spec
 from hvdcls.serve.executors.base import NOT_STARTED, Executor, Handle, Launch, Seen
 from hvdcls.serve.settings import Settings
 from hvdcls.serve.store import CANCELLED, FAILED, FINAL, QUEUED, RUNNING, SUCCEEDED, Job, Store
-from hvdcls.status_file import RunStatus
 
 log = logging.getLogger("hvdcls.serve")
 NO_LAUNCH = dict(launch_id=None, **Handle().columns())  # a job no executor holds

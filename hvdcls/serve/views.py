@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hvdcls import status_file
+from hvdcls.files import status_file
 from hvdcls.serve.service import Service
 from hvdcls.serve.store import FINAL, QUEUED, Job
 

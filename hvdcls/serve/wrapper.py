@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from hvdcls.fileio import write_json_atomic
+from hvdcls.files.fileio import write_json_atomic
 from hvdcls.serve import launches
 from hvdcls.serve.runner import EXIT
 

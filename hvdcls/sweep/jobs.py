@@ -8,8 +8,8 @@ import uuid
 from pathlib import Path
 from typing import Optional, Protocol
 
-from hvdcls import fileio
 from hvdcls.errors import UserError
+from hvdcls.files import fileio
 from hvdcls.sweep.trials import JobView, view
 
 METRICS_FILE = "metrics.jsonl"  # hvdcls train's epoch records (hvdcls.training.outputs)

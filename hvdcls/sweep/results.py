@@ -1,5 +1,5 @@
 """What a sweep leaves in its directory, made from its study alone (so a resumed sweep rewrites
-them whole), each written to a temporary name and renamed (hvdcls.fileio):
+them whole), each written to a temporary name and renamed (hvdcls.files.fileio):
 
     trials.csv, trials.json   one row per trial: number, state (done, pruned, failed, running),
                               job, final metric, the metric at each epoch, its values, why it failed
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from hvdcls import config as cfg
-from hvdcls.fileio import write_atomic, write_json_atomic
+from hvdcls.files.fileio import write_atomic, write_json_atomic
 from hvdcls.sweep import searcher, trials
 from hvdcls.sweep.driver import REFUSED
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hvdcls.errors import UserError
-from hvdcls.fileio import write_json_atomic
+from hvdcls.files.fileio import write_json_atomic
 from hvdcls.training import faults
 
 STATE_FILE = "state.json"

@@ -27,12 +27,12 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from hvdcls import status_file
 from hvdcls.backend import Backend, Context, share_cores
 from hvdcls.config import Config
 from hvdcls.data.sharding import ElasticShards
 from hvdcls.data.sources import Data
 from hvdcls.errors import UserError
+from hvdcls.files import status_file
 from hvdcls.observe.monitor import EpochRecord, Monitor, Sink, StepSample
 from hvdcls.training import callbacks
 from hvdcls.training.callbacks import Callback, Rebalancing

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 
 import numpy as np
 
-from hvdcls import finetune, status_file
+from hvdcls import finetune
 from hvdcls.backend import Backend, Context, Sums, add
 from hvdcls.config import Config
 from hvdcls.data.batches import EpochBatches, LoaderWait
@@ -27,6 +27,7 @@ from hvdcls.data.sharding import BalancedShards, ElasticShards, TrainShards, cla
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
 from hvdcls.data.workers import LoaderWorkers
+from hvdcls.files import status_file
 from hvdcls.observe.classification import RunningMetrics, write_outputs
 from hvdcls.observe.monitor import EpochRecord, LossReads, Monitor, RunInfo, StepSample
 from hvdcls.training import balance, callbacks, checkpoint, ema, faults, schedule

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Optional
 
 from hvdcls import config as cfg
-from hvdcls import horovod_env, registry, tables
+from hvdcls import registry, tables
 from hvdcls.data import datasets
-from hvdcls.fileio import write_atomic, write_json_atomic
+from hvdcls.files.fileio import write_atomic, write_json_atomic
+from hvdcls.launching import horovod_env
 from hvdcls.training import lr_find, lr_sweep
 from hvdcls.training.outputs import default_run_dir
 from hvdcls.training.run import bad_file_failures

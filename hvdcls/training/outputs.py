@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from hvdcls.fileio import write_atomic, write_json_atomic
+from hvdcls.files.fileio import write_atomic, write_json_atomic
 from hvdcls.observe.monitor import EpochRecord
 
 METRICS_FILE, SUMMARY_FILE, CONFIG_FILE = "metrics.jsonl", "summary.json", "config.yaml"

@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from hvdcls import __version__, allocator, horovod_env, modelcard, pretrained, registry, status_file
+from hvdcls import __version__, modelcard, pretrained, registry
 from hvdcls import config as cfg
 from hvdcls.backend import Backend, Context, share_cores, weights_digest
 from hvdcls.data import bad_files, datasets
 from hvdcls.data.sources import Data
 from hvdcls.errors import JobStopped, UserError
+from hvdcls.files import status_file
+from hvdcls.launching import allocator, horovod_env
 from hvdcls.observe.classification import EVALUATION_FILE
 from hvdcls.observe.monitor import EpochRecord, Monitor, Sink
 from hvdcls.training import balance, checkpoint, elastic, lr_sweep, memory, watchdog

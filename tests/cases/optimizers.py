@@ -1,5 +1,5 @@
 """LARS and LAMB in one backend (optimizer.name=lars|lamb), against the formulas: one step
-computed by hand, two against hvdcls.lars_lamb's NumPy reference.
+computed by hand, two against hvdcls.maths.lars_lamb's NumPy reference.
 
 Written once; tests/torch_backend/test_optimizers.py and tests/tf_backend/test_optimizers.py
 run them, each defining the module-scoped `optimizer_ops` fixture: an adapter whose
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from hvdcls import config as cfg
-from hvdcls import lars_lamb
+from hvdcls.maths import lars_lamb
 
 LR, MOMENTUM, DECAY, ETA = 0.5, 0.9, 0.1, 0.02
 

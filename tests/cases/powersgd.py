@@ -1,4 +1,4 @@
-"""PowerSGD's tensor operations in one backend, against hvdcls.powersgd's numpy reference.
+"""PowerSGD's tensor operations in one backend, against hvdcls.maths.powersgd's numpy reference.
 
 Written once; tests/torch_backend/test_powersgd.py and tests/tf_backend/test_powersgd.py run
 them, each defining the module-scoped `ops` fixture (an adapter with `channels_last`,
@@ -9,8 +9,8 @@ that averages over one rank. Multi-rank behaviour: tests/parallel/test_powersgd.
 import numpy as np
 import pytest
 
-from hvdcls import powersgd
 from hvdcls.config import PowerSGDConfig
+from hvdcls.maths import powersgd
 
 CONV = (16, 8, 3, 3)  # torch layout; the adapters give the same gradient in their own layout
 

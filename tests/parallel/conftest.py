@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from hvdcls import launch
+from hvdcls.launching import launch
 from tests.parallel.test_train import NP, REPO, train
 
 DEMO_STALL_TIMEOUT = 30  # s; the default is 600

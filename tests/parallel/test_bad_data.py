@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from hvdcls import launch
+from hvdcls.launching import launch
 from tests.image_tree import write_digits_imagefolder
 from tests.parallel.test_train import DIGITS, NP, train
 from tests.run_files import read_json

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from hvdcls import launch
+from hvdcls.launching import launch
 from hvdcls.training import faults
 from tests.parallel.test_train import DIGITS, NP
 from tests.run_files import read_json, read_metrics

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from hvdcls import launch
+from hvdcls.launching import launch
 
 pytestmark = [pytest.mark.parallel, pytest.mark.timeout(1200)]  # the launch's own bound, below
 NUMBERS = ["images_per_sec_per_worker", "parameters", "threads_per_rank"]

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from hvdcls import launch
+from hvdcls.launching import launch
 from tests.image_tree import write_digits_imagefolder
 
 pytestmark = [pytest.mark.parallel, pytest.mark.timeout(600)]

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from hvdcls import launch
+from hvdcls.launching import launch
 
 pytestmark = pytest.mark.parallel
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hvdcls import launch
+from hvdcls.launching import launch
 from hvdcls.training import faults
 from tests.parallel.test_train import NO_PICTURES
 from tests.run_files import read_json, read_metrics

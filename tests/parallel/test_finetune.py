@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from hvdcls import launch
+from hvdcls.launching import launch
 from tests.cases.finetune import SMALL_DATA
 from tests.parallel.test_train import NO_PICTURES, NP, REPO, train
 from tests.run_files import read_json, read_metrics

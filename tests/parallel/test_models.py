@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hvdcls import launch
+from hvdcls.launching import launch
 from tests.image_tree import write_letters_imagefolder
 from tests.parallel.test_train import NP, REPO
 from tests.run_files import read_json

@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hvdcls import launch
+from hvdcls.launching import launch
 from tests.parallel.test_train import DIGITS, NP
 from tests.run_files import read_json, read_metrics
 

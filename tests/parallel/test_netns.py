@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hvdcls import launch
 from hvdcls.bench import netns
 from hvdcls.bench.netns import Link, ShapedHosts, bucket_bytes
+from hvdcls.launching import launch
 
 UNAVAILABLE = netns.unavailable_reason()  # probes by making a namespace: once per session
 pytestmark = [pytest.mark.parallel,

@@ -35,7 +35,8 @@ import httpx
 import psutil
 import pytest
 
-from hvdcls import launch, status_file
+from hvdcls.files import status_file
+from hvdcls.launching import launch
 from tests.prometheus_server import PrometheusServer, dashboard_queries
 from tests.results import keep
 from tests.run_files import read_json, read_metrics

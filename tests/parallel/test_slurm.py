@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hvdcls import launch
+from hvdcls.launching import launch
 from hvdcls.serve import faults, launches
 from tests.parallel.test_serve import Server, epochs
 from tests.run_files import read_json

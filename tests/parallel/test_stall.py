@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from hvdcls import launch
+from hvdcls.launching import launch
 from hvdcls.training import faults, watchdog
 
 pytestmark = pytest.mark.parallel

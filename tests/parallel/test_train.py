@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hvdcls import launch
+from hvdcls.launching import launch
 from tests.run_files import read_json, read_metrics
 
 pytestmark = pytest.mark.parallel
@@ -139,7 +139,7 @@ def assert_trained_alike(summary: dict, out: Path, launcher: str) -> None:
     digests = summary["rank_weight_digests"]
     assert len(digests) == NP and len(set(digests)) == 1, digests
     assert summary["controller"] == ("mpi" if launcher == "mpirun" else "gloo")
-    assert summary["allocator"] == EXPECTED_ALLOCATOR  # hvdcls/allocator.py, under either launcher
+    assert summary["allocator"] == EXPECTED_ALLOCATOR  # hvdcls/launching/allocator.py, under either launcher
     assert summary["model_info"]["horovod"]["compression"] == summary["config"]["horovod"]["compression"]
     assert read_metrics(out)[-1]["train_accuracy"] > 0.5  # it trained (chance is 0.1)
 

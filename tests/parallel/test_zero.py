@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from hvdcls import launch
+from hvdcls.launching import launch
 from tests.parallel.test_train import NO_PICTURES, NP, REPO, train
 from tests.run_files import read_metrics
 from tests.zero_step import CASES

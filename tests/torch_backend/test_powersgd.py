@@ -1,5 +1,5 @@
 """PowerSGD's torch tensor operations: the cases of tests/cases/powersgd.py, and ResNet-50's
-shapes as hvdcls.powersgd lists them."""
+shapes as hvdcls.maths.powersgd lists them."""
 import io
 
 import numpy as np
@@ -7,8 +7,8 @@ import pytest
 import torch
 import torchvision
 
-from hvdcls import powersgd
 from hvdcls.config import PowerSGDConfig
+from hvdcls.maths import powersgd
 from tests.cases.powersgd import *  # noqa: F401,F403 (the shared cases, collected here)
 from torch_backend import compression
 

@@ -1,4 +1,4 @@
-"""hvdcls/allocator.py: which allocator a training process re-executes itself with."""
+"""hvdcls/launching/allocator.py: which allocator a training process re-executes itself with."""
 from __future__ import annotations
 
 import subprocess
@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from hvdcls import allocator
 from hvdcls.errors import UserError
+from hvdcls.launching import allocator
 
 INSTALLED = {"tcmalloc_minimal": "libtcmalloc_minimal.so.4", "jemalloc": "libjemalloc.so.2"}
 

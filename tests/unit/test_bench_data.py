@@ -1,14 +1,14 @@
-"""hvdcls.bench.data's files on disk and its endless batches; hvdcls.gpu's answer without a GPU."""
+"""hvdcls.bench.data's files on disk and its endless batches; hvdcls.launching.gpu's answer without a GPU."""
 import os
 import subprocess
 import sys
 
 from PIL import Image
 
-from hvdcls import gpu
 from hvdcls.bench import data as bench_data
 from hvdcls.data import lmdb_store
 from hvdcls.data.sharding import TrainShards
+from hvdcls.launching import gpu
 
 
 def test_the_data_set_is_readable_jpegs_and_an_lmdb_of_them(tmp_path):

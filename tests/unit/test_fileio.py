@@ -1,4 +1,4 @@
-"""hvdcls.fileio: outputs written whole."""
+"""hvdcls.files.fileio: outputs written whole."""
 
 
 def test_savez_one_at_a_time_writes_what_np_load_reads_making_one_array_at_a_time(tmp_path):
@@ -9,7 +9,7 @@ def test_savez_one_at_a_time_writes_what_np_load_reads_making_one_array_at_a_tim
 
     import numpy as np
 
-    from hvdcls import fileio
+    from hvdcls.files import fileio
 
     made: list = []
 
@@ -39,7 +39,7 @@ def test_large_output_syncs_and_drops_the_cache_every_so_many_bytes_and_at_the_e
     the ones written, whatever the sizes of the writes."""
     import os
 
-    from hvdcls import fileio
+    from hvdcls.files import fileio
 
     calls: list = []
     real_fsync = os.fsync

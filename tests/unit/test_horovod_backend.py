@@ -9,7 +9,7 @@ import pytest
 from hvdcls import config as cfg
 from hvdcls.backend import Backend, Context, cores_key, share_cores
 from hvdcls.horovod_backend import HorovodBackend
-from hvdcls.powersgd import ByteCounter
+from hvdcls.maths.powersgd import ByteCounter
 
 # The framework's part: the contract's tensor-owning methods and the shared code's two hooks.
 FRAMEWORK_PART = {"setup", "float64_tensor", "build", "loader", "train_step", "eval_step", "seed",

@@ -1,11 +1,11 @@
-"""hvdcls.horovod_env: config -> HOROVOD_* variables, applied to a plain dict, never os.environ."""
+"""hvdcls.launching.horovod_env: config -> HOROVOD_* variables, applied to a plain dict, never os.environ."""
 import os
 from pathlib import Path
 
 import pytest
 
-from hvdcls import horovod_env
 from hvdcls.config import HorovodConfig
+from hvdcls.launching import horovod_env
 
 ALL = ("HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_HIERARCHICAL_ALLREDUCE",
        "HOROVOD_AUTOTUNE", "HOROVOD_AUTOTUNE_LOG", "HOROVOD_TIMELINE",

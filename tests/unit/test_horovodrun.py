@@ -2,7 +2,7 @@
 parallel test's: launch.horovodrun names this launcher)."""
 import os
 
-from hvdcls import horovodrun, launch
+from hvdcls.launching import horovodrun, launch
 
 
 def fake_horovod(tmp_path):

@@ -1,9 +1,9 @@
-"""hvdcls.lars_lamb: the rules and the NumPy reference the backends' optimizers are tested
+"""hvdcls.maths.lars_lamb: the rules and the NumPy reference the backends' optimizers are tested
 against (tests/cases/optimizers.py), checked here by hand."""
 import numpy as np
 import pytest
 
-from hvdcls import lars_lamb
+from hvdcls.maths import lars_lamb
 
 
 def test_only_parameters_of_two_or_more_dimensions_are_adapted():

@@ -1,7 +1,7 @@
 """Launcher command lines: what the tests run is what the README tells users to type."""
 import pytest
 
-from hvdcls import launch
+from hvdcls.launching import launch
 
 
 def test_hosts_arg_matches_horovodrun_syntax():

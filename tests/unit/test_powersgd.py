@@ -1,12 +1,13 @@
-"""hvdcls.powersgd: which tensors are compressed, bytes per step, and the numpy reference step
+"""hvdcls.maths.powersgd: which tensors are compressed, bytes per step, and the numpy reference step
 (rank-r exactness, error feedback); plus the config keys. No framework."""
 import math
 
 import numpy as np
 import pytest
 
-from hvdcls import config, powersgd
+from hvdcls import config
 from hvdcls.errors import UserError
+from hvdcls.maths import powersgd
 
 
 def low_rank(n: int, m: int, rank: int, seed: int = 0) -> np.ndarray:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hvdcls import status_file
+from hvdcls.files import status_file
 from hvdcls.serve import executors
 from hvdcls.serve.errors import Refused
 from hvdcls.serve.executors.base import Executor, Handle, Seen

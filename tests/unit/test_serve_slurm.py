@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hvdcls import status_file
 from hvdcls.errors import UserError
+from hvdcls.files import status_file
 from hvdcls.serve import faults, launches, runner
 from hvdcls.serve.errors import Refused
 from hvdcls.serve.executors import slurm_batch as slurm

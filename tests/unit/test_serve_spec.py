@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 
 from hvdcls import config as cfg
-from hvdcls import status_file
 from hvdcls.errors import UserError
+from hvdcls.files import status_file
 from hvdcls.serve import runner
 from hvdcls.serve.errors import TooLarge
 from hvdcls.serve.launches import alive

@@ -3,10 +3,10 @@ and a newer file), and written by rank 0's StatusSink (at once on each phase, at
 interval for steps; nothing on a handover; taken over by a new rank 0)."""
 import json
 
-from hvdcls import status_file
+from hvdcls.files import status_file
+from hvdcls.files.status_file import RunStatus
 from hvdcls.observe.monitor import RunInfo, StepSample
 from hvdcls.observe.status import StatusSink
-from hvdcls.status_file import RunStatus
 
 
 def written(tmp_path, **fields) -> str:

@@ -1,12 +1,12 @@
-"""training.zero's partitioning (hvdcls/zero.py): every element of every
+"""training.zero's partitioning (hvdcls/maths/zero.py): every element of every
 parameter owned by exactly one rank, slices equal, padding below one element per rank."""
 import random
 
 import pytest
 
 from hvdcls import config
-from hvdcls import zero as zero_partition
 from hvdcls.errors import UserError
+from hvdcls.maths import zero as zero_partition
 
 
 def owners(sizes, world, bucket_elements):

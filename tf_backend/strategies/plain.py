@@ -16,9 +16,9 @@ import horovod.tensorflow as hvd
 import keras
 import numpy as np
 
-from hvdcls import powersgd
 from hvdcls.config import Config
 from hvdcls.errors import UserError
+from hvdcls.maths import powersgd
 from hvdcls.strategy import Strategy
 from tf_backend import finetune, zero
 from tf_backend.strategies import check_count, tf_variables, variable_bytes

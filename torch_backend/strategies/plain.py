@@ -16,10 +16,10 @@ from typing import Any, Callable, Optional
 import horovod.torch as hvd
 import torch
 
-from hvdcls import powersgd
 from hvdcls.config import Config
 from hvdcls.errors import UserError
 from hvdcls.horovod_backend import sleep_until_done
+from hvdcls.maths import powersgd
 from hvdcls.strategy import Strategy
 from torch_backend import finetune, zero
 from torch_backend.weights import CHECKPOINT_FILE

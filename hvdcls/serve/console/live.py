@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 from typing import Optional
 
-from hvdcls import fileio
+from hvdcls.files import fileio
 from hvdcls.serve import views
 from hvdcls.serve.service import Service
 from hvdcls.serve.store import QUEUED, RUNNING, STATES, Job

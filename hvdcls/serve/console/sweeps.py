@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, cast
 
-from hvdcls import fileio
+from hvdcls.files import fileio
 from hvdcls.serve.store import CANCELLED, FAILED, FINAL, PRUNED, SUCCEEDED, Job, Store
 
 PAGE = 50  # sweeps per page of the list

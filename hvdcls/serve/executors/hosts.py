@@ -18,8 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from hvdcls import launch
 from hvdcls.errors import UserError
+from hvdcls.launching import launch
 from hvdcls.serve import faults, launches, runner
 from hvdcls.serve.errors import Refused, TooLarge
 from hvdcls.serve.executors.base import NOT_STARTED, Executor, Handle, Launch, Seen

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from hvdcls import launch
 from hvdcls.errors import UserError
-from hvdcls.fileio import write_atomic
+from hvdcls.files.fileio import write_atomic
+from hvdcls.launching import launch
 from hvdcls.serve import launches, runner
 from hvdcls.serve.errors import Refused, Unsupported
 from hvdcls.serve.executors import slurm_batch, slurm_elastic

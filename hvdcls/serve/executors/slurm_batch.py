@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from hvdcls import launch
 from hvdcls.errors import UserError
+from hvdcls.launching import launch
 from hvdcls.serve import runner
 from hvdcls.serve.errors import Rejected
 from hvdcls.serve.executors import slurm_elastic

@@ -23,8 +23,8 @@ import shlex
 from pathlib import Path
 from typing import Optional
 
-from hvdcls import launch
-from hvdcls.fileio import write_atomic
+from hvdcls.files.fileio import write_atomic
+from hvdcls.launching import launch
 from hvdcls.serve import runner
 
 NODES = "slurm_nodes"

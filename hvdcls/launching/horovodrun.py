@@ -23,8 +23,8 @@ import sys
 from importlib import util
 from pathlib import Path
 
-from hvdcls import fileio
-from hvdcls.cache import cache_dir
+from hvdcls.files import fileio
+from hvdcls.files.cache import cache_dir
 
 CONTROLLERS = ("gloo", "mpi")
 # Cheapest import first: torch's binding loads in about 2 s here, TensorFlow's in 3.5.

@@ -3,7 +3,7 @@
 `hvdcls train` writes it (hvdcls.observe.status, one writer: rank 0, and after an elastic reset
 the process that became rank 0); `hvdcls serve` reads a job's state from it and from the job's
 exit status, never from what the job prints. One JSON object, replaced whole (written to a
-temporary name, then renamed: hvdcls.fileio), so a reader sees the last complete status or the
+temporary name, then renamed: hvdcls.files.fileio), so a reader sees the last complete status or the
 one before it, never a mix:
 
     phase            starting, training, evaluating, checkpointing, resetting (elastic), done, failed

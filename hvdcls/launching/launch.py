@@ -24,7 +24,7 @@ def venv_tool(name: str) -> str:
 
 def horovodrun_tool() -> str:
     """hvdcls-horovodrun (Horovod's launcher without its per-launch build probe: 3 s less per
-    job, hvdcls/horovodrun.py) where hvdcls is installed with its scripts, else horovodrun."""
+    job, hvdcls/launching/horovodrun.py) where hvdcls is installed with its scripts, else horovodrun."""
     ours = venv_tool("hvdcls-horovodrun")
     return ours if Path(ours).is_absolute() else venv_tool("horovodrun")
 
