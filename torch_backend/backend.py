@@ -104,6 +104,10 @@ class TorchBackend(HorovodBackend):
     def build(self, config: Config, num_classes: int) -> dict:
         hv = config.horovod
         compiled.refuse_what_breaks(config)  # training.compile: one line, nothing built
+        # The uint8 batches' normalisation (to_device): the config's, until a loader says which
+        # preprocessing its batches had; a batch read through another backend's loader (the lr
+        # sweep's twin in its tests) is normalised alike.
+        self.pixel_norm = (list(config.data.mean), list(config.data.std))
         model = models.build_model(config.model.name, num_classes, config.data.image_size,
                                    config.model.patch_size)
         # model.weights, before any wrapping: rank 0 reads them, or in elastic mode (no
