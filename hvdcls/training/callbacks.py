@@ -117,9 +117,6 @@ class Callbacks:
     def remove(self, callback: Callback) -> None:
         self.items.remove(callback)
 
-    def of_type(self, kind: type) -> Optional[Callback]:
-        return next((c for c in self.items if isinstance(c, kind)), None)
-
     def run_begin(self, trainer: Trainer, start_epoch: int) -> None:
         for callback in self.items:
             callback.run_begin(trainer, start_epoch)
