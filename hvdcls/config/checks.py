@@ -18,6 +18,7 @@ from hvdcls.config.schema import (
 )
 from hvdcls.errors import UserError
 from hvdcls.finetune import decay_in_force
+from hvdcls.maths.tensor_parallel import check_heads
 from hvdcls.maths.zero import check_level
 from hvdcls.models import VIT, vit_patches, vit_spec
 
@@ -109,6 +110,7 @@ def validate(config: Config) -> None:
                         "PowerSGD state is not part of the elastic state yet; use one or the other")
     _validate_ema(config.training)
     _validate_zero(config)
+    _validate_tensor(config)
     if config.training.activation_checkpointing and config.horovod.sync_bn:
         # The recomputation would run synchronised batch norm's all-reduces a second time,
         # inside the backward pass, beside the gradients' own.
@@ -153,6 +155,41 @@ def _validate_zero(config: Config) -> None:
     if config.training.amp and config.training.amp_dtype == "float16":
         raise UserError(f"config training.zero={zero} with training.amp_dtype=float16: the loss scaler "
                         "does not see the sharded gradients; use training.amp_dtype=bfloat16")
+
+
+def _tensor_conflict(config: Config) -> str | None:
+    """What parallel.tensor > 1 does not serve (yet): the key as it is set, else None."""
+    training, hv = config.training, config.horovod
+    conflicts = [
+        (hv.compression == "powersgd", "horovod.compression=powersgd"),
+        (hv.op == "adasum", "horovod.op=adasum"),
+        (training.elastic, "training.elastic=true"),
+        (training.balance != "off", f"training.balance={training.balance}"),
+        (bool(training.zero), f"training.zero={training.zero}"),
+        (training.compile, "training.compile=true"),
+        (training.activation_checkpointing, "training.activation_checkpointing=true"),
+        (config.optimizer.lr == AUTO_LR, "optimizer.lr=auto"),
+        (bool(training.resume), "training.resume"),
+    ]
+    return next((key for conflict, key in conflicts if conflict), None)
+
+
+def _validate_tensor(config: Config) -> None:
+    """parallel.tensor: a ViT whose heads it divides, and no mode that cannot serve its split
+    (the world size is checked once known: hvdcls.maths.tensor_parallel.Layout)."""
+    tensor = config.parallel.tensor
+    _check("parallel.tensor", tensor, lambda v: v >= 1, "must be >= 1 (1: off)")
+    if tensor == 1:
+        return
+    spec = vit_spec(config.model.name)
+    if spec is None:
+        raise UserError(f"config parallel.tensor={tensor} splits the ViTs' encoder blocks ({', '.join(VIT)}); "
+                        f"model.name={config.model.name!r} has none")
+    check_heads(tensor, spec.heads, config.model.name)
+    conflict = _tensor_conflict(config)
+    if conflict:
+        raise UserError(f"config parallel.tensor={tensor} with {conflict}: not built for tensor "
+                        "parallelism yet; use one or the other")
 
 
 def _validate_finetune(config: Config) -> None:

@@ -11,7 +11,7 @@ __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "ModelConfig", "AugmentConfig", "Syn
            "DataConfig", "LRFindConfig", "OptimizerConfig", "AUTO_LR", "DEFAULT_LR", "REFERENCE_BATCH", "peak_lr",
            "lr_scale", "numeric_lr", "worker_lr", "ScheduleConfig",
            "BalancingConfig", "TrainingConfig", "PowerSGDConfig", "Compression", "Wait", "HorovodConfig",
-           "OutputConfig", "Config", "SECTIONS"]
+           "OutputConfig", "ParallelConfig", "Config", "SECTIONS"]
 
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
@@ -309,6 +309,16 @@ class OutputConfig:
 
 
 @dataclass
+class ParallelConfig:
+    """How the model itself is split beside the batch (docs/parallelism.md)."""
+
+    # Tensor (feature-map) parallelism, Megatron-LM's split of the ViTs' encoder blocks: T
+    # consecutive ranks share each block's heads and MLP units and read the same batches; the
+    # np / T replicas average their gradients as data parallelism does. 1: off. torch only.
+    tensor: int = 1
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -317,6 +327,7 @@ class Config:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     horovod: HorovodConfig = field(default_factory=HorovodConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
 
-SECTIONS = ("model", "data", "optimizer", "schedule", "training", "horovod", "output")
+SECTIONS = ("model", "data", "optimizer", "schedule", "training", "horovod", "output", "parallel")

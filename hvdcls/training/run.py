@@ -31,6 +31,7 @@ from hvdcls.data.sources import Data
 from hvdcls.errors import JobStopped, UserError
 from hvdcls.files import status_file
 from hvdcls.launching import allocator, horovod_env
+from hvdcls.maths import tensor_parallel
 from hvdcls.observe.classification import EVALUATION_FILE
 from hvdcls.observe.monitor import EpochRecord, Monitor, Sink
 from hvdcls.training import balance, checkpoint, elastic, lr_sweep, memory, watchdog
@@ -107,6 +108,7 @@ def train(config: cfg.Config, backend_name: str) -> dict:
     if dropped and ctx.is_main:
         print(f"hvdcls: warning: {dropped}", file=sys.stderr)
     check_controller(config, ctx)
+    tensor_parallel.check_run(config.parallel.tensor, backend_name, ctx.size)  # before any work
     balance.settings(config, ctx.size, ctx.device.startswith("cuda"))  # bad plans: before any work
     if not config.training.elastic:  # elastic: at each attempt's start, which a joining worker meets too
         ctx = share_cores(backend, ctx, config)

@@ -292,7 +292,7 @@ def test_unresolvable_interpolation_is_a_user_error(monkeypatch):
 def test_to_dict():
     cfg = config.load(overrides=["training.epochs=3", "horovod.fusion_threshold_mb=32", "data.name=synthetic"])
     as_dict = config.to_dict(cfg)
-    assert set(as_dict) == {"model", "data", "optimizer", "schedule", "training", "horovod", "output"}
+    assert set(as_dict) == {"model", "data", "optimizer", "schedule", "training", "horovod", "output", "parallel"}
     assert as_dict["training"]["epochs"] == 3
     assert as_dict["horovod"]["fusion_threshold_mb"] == 32.0
     assert as_dict["data"]["augment"]["scale"] == [0.08, 1.0]

@@ -1,0 +1,117 @@
+"""parallel.tensor's framework-free core (hvdcls.maths.tensor_parallel): the ranks' layout and the
+Megatron split of a ViT encoder block's weights, and back to torchvision's keys; the config's
+refusals."""
+import numpy as np
+import pytest
+
+from hvdcls import config as cfg
+from hvdcls.errors import UserError
+from hvdcls.maths import tensor_parallel as tp
+
+BLOCK = "encoder.layers.encoder_layer_0."
+
+
+def block_state(hidden=8, mlp=16, seed=0) -> dict:
+    """One torchvision EncoderBlock's entries and a few outside it, random."""
+    rng = np.random.default_rng(seed)
+    shapes = {"ln_1.weight": (hidden,), "ln_1.bias": (hidden,),
+              "self_attention.in_proj_weight": (3 * hidden, hidden), "self_attention.in_proj_bias": (3 * hidden,),
+              "self_attention.out_proj.weight": (hidden, hidden), "self_attention.out_proj.bias": (hidden,),
+              "ln_2.weight": (hidden,), "ln_2.bias": (hidden,), "mlp.0.weight": (mlp, hidden), "mlp.0.bias": (mlp,),
+              "mlp.3.weight": (hidden, mlp), "mlp.3.bias": (hidden,)}
+    state = {BLOCK + k: rng.standard_normal(s) for k, s in shapes.items()}
+    state.update({"class_token": rng.standard_normal((1, 1, hidden)),
+                  "heads.head.weight": rng.standard_normal((3, hidden)), "encoder.ln.weight": rng.standard_normal(hidden)})
+    return state
+
+
+def test_layout_of_four_ranks_in_two_replicas():
+    layout = tp.Layout(4, 2)
+    assert layout.replicas == 2
+    assert [layout.replica(r) for r in range(4)] == [0, 0, 1, 1]
+    assert [layout.tensor_rank(r) for r in range(4)] == [0, 1, 0, 1]
+    assert layout.group(3) == (2, 3) and layout.group(0) == (0, 1)
+    assert layout.data_set(0) == (0, 2) and layout.data_set(3) == (1, 3)
+    assert layout.process_sets() == [(0, 1), (2, 3), (0, 2), (1, 3)]
+
+
+def test_layout_leaves_the_whole_world_to_horovods_global_set():
+    assert tp.Layout(2, 2).process_sets() == [(0,), (1,)]  # one replica: each data set one rank
+    assert tp.Layout(2, 1).process_sets() == [(0,), (1,)]
+    assert tp.Layout(6, 3).process_sets() == [(0, 1, 2), (3, 4, 5), (0, 3), (1, 4), (2, 5)]
+
+
+@pytest.mark.parametrize("size,tensor", [(3, 2), (2, 4), (4, 0)])
+def test_layout_refuses_what_does_not_divide(size, tensor):
+    with pytest.raises(UserError, match="parallel.tensor"):
+        tp.Layout(size, tensor)
+
+
+def test_tensorflow_is_refused_at_the_start():
+    with pytest.raises(UserError, match="torch backend only"):
+        tp.check_run(2, "tensorflow", 2)
+    assert tp.check_run(1, "tensorflow", 3).replicas == 3
+
+
+def test_qkv_split_by_heads_of_each_of_q_k_and_v():
+    hidden, tensor = 8, 2
+    weight = np.arange(3 * hidden * hidden, dtype=float).reshape(3 * hidden, hidden)
+    key = BLOCK + "self_attention.in_proj_weight"
+    second = tp.split_entry(key, weight, tensor, 1)
+    rows = [*range(4, 8), *range(12, 16), *range(20, 24)]  # the second half of Q, K and V
+    np.testing.assert_array_equal(second, weight[rows])
+
+
+def test_row_parallel_layers_split_by_input_columns_and_their_bias_stays_whole():
+    state = block_state()
+    shard = tp.split_state(state, 2, 1)
+    np.testing.assert_array_equal(shard[BLOCK + "mlp.3.weight"], state[BLOCK + "mlp.3.weight"][:, 8:])
+    np.testing.assert_array_equal(shard[BLOCK + "self_attention.out_proj.weight"],
+                                  state[BLOCK + "self_attention.out_proj.weight"][:, 4:])
+    np.testing.assert_array_equal(shard[BLOCK + "mlp.0.weight"], state[BLOCK + "mlp.0.weight"][8:])
+    for whole in ("mlp.3.bias", "self_attention.out_proj.bias", "ln_1.weight", "ln_2.bias"):
+        assert shard[BLOCK + whole] is state[BLOCK + whole]
+    assert shard["class_token"] is state["class_token"]
+
+
+@pytest.mark.parametrize("tensor", [1, 2, 4])
+def test_split_then_join_gives_back_the_whole_state(tensor):
+    state = block_state(hidden=8, mlp=16)
+    shards = [tp.split_state(state, tensor, t) for t in range(tensor)]
+    joined = tp.join_states(shards)
+    assert list(joined) == list(state)
+    for key, value in state.items():
+        np.testing.assert_array_equal(joined[key], value)
+
+
+def test_split_entries_hold_one_over_t_of_the_block():
+    state = block_state(hidden=8, mlp=16)
+    split = [k for k in state if tp.rule_of(k)]
+    whole = sum(state[k].size for k in split)
+    assert sum(tp.split_state(state, 2, 0)[k].size for k in split) == whole // 2
+    assert 0.5 < tp.split_fraction(state, 2) < 0.6  # the LayerNorms, biases, head kept whole
+
+
+def test_a_block_that_does_not_split_evenly_says_which_entry():
+    with pytest.raises(ValueError, match="mlp.0.weight"):
+        tp.split_entry(BLOCK + "mlp.0.weight", np.zeros((6, 4)), 4, 0)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["parallel.tensor=2"], "has none"),  # the default CNN
+    (["parallel.tensor=5", "model.name=vit_b_16"], "12 attention heads"),
+    (["parallel.tensor=2", "model.name=vit_b_16", "horovod.compression=powersgd"], "powersgd"),
+    (["parallel.tensor=2", "model.name=vit_b_16", "horovod.op=adasum"], "adasum"),
+    (["parallel.tensor=2", "model.name=vit_b_16", "training.elastic=true"], "elastic"),
+    (["parallel.tensor=2", "model.name=vit_b_16", "training.balance=dynamic"], "balance=dynamic"),
+    (["parallel.tensor=2", "model.name=vit_b_16", "training.zero=1"], "zero=1"),
+    (["parallel.tensor=0"], ">= 1"),
+])
+def test_config_refuses_in_one_line(overrides, message):
+    with pytest.raises(UserError, match=message) as caught:
+        cfg.load(overrides=overrides)
+    assert "\n" not in str(caught.value)
+
+
+def test_config_takes_a_vit_whose_heads_it_divides():
+    assert cfg.load(overrides=["parallel.tensor=4", "model.name=vit_l_16"]).parallel.tensor == 4
