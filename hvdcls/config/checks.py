@@ -155,6 +155,22 @@ def _validate_zero(config: Config) -> None:
     if config.training.amp and config.training.amp_dtype == "float16":
         raise UserError(f"config training.zero={zero} with training.amp_dtype=float16: the loss scaler "
                         "does not see the sharded gradients; use training.amp_dtype=bfloat16")
+    if zero == 3:
+        _validate_zero3(config)
+
+
+def _validate_zero3(config: Config) -> None:
+    """training.zero=3 (the parameters sharded): what its per-block gathers do not serve yet."""
+    training = config.training
+    if training.ema_decay is not None:
+        raise UserError("config training.ema_decay with training.zero=3: the EMA would be a full copy of "
+                        "the parameters on every rank, which zero=3 shards; use one or the other")
+    if training.compile:
+        raise UserError("config training.compile=true with training.zero=3: the per-block gathers are "
+                        "collectives in forward hooks, which torch.compile does not trace; use one or the other")
+    if config.horovod.compression == "fp16":
+        raise UserError("config horovod.compression=fp16 with training.zero=3: the blocks are gathered and "
+                        "reduce-scattered in float32; use horovod.compression=none")
 
 
 def _tensor_conflict(config: Config) -> str | None:

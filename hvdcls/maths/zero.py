@@ -17,7 +17,7 @@ from typing import Optional
 
 from hvdcls.errors import UserError
 
-LEVELS = (0, 1, 2)
+LEVELS = (0, 1, 2, 3)
 # A bucket closes once it holds this many elements (64 MiB of float32): one collective per
 # bucket, and the flat copies a step makes stay this small. A larger tensor has a bucket alone.
 BUCKET_ELEMENTS = 1 << 24
@@ -97,8 +97,8 @@ def _bucket(indices: list[int], sizes: list[int], world: int) -> Bucket:
 
 def check_level(zero: int) -> None:
     if zero not in LEVELS:
-        raise UserError(f"config training.zero={zero}: must be 0 (off), 1 (optimizer state sharded) "
-                        "or 2 (gradients sharded too)")
+        raise UserError(f"config training.zero={zero}: must be 0 (off), 1 (optimizer state sharded), "
+                        "2 (gradients sharded too) or 3 (parameters sharded too)")
 
 
 # Checkpoints of sharded state: every rank writes its own slices (its local optimizer's state)
@@ -164,3 +164,52 @@ def fill_from(target, old_slice, bucket: Bucket, old_world: int, rank: int, sour
         if copy.source == source:
             target[copy.offset:copy.offset + copy.length] = \
                 old_slice[copy.source_offset:copy.source_offset + copy.length]
+
+
+# training.zero=3: the parameters themselves sharded, block by block. A block is what one
+# forward gathers at once: a segment the backend names (a ViT encoder block, a ResNet stage,
+# a top-level child), or, for a parameter no segment covers (a ViT's class token on the model,
+# its position embedding on the encoder), the module that holds it directly. Each block is one
+# flat bucket (Bucket's slicing: rank r owns [r x shard, (r + 1) x shard)), whatever its size.
+
+
+@dataclass(frozen=True)
+class Block:
+    module: str  # the module whose forward gathers it ("": the model itself)
+    direct: bool  # only the parameters `module` holds itself (not a segment: its children apart)
+    names: tuple[str, ...]  # the parameters' full names, in the model's order
+    shapes: tuple[tuple[int, ...], ...]
+    bucket: Bucket  # its params index the model's parameter list
+
+    def index(self) -> dict:
+        """What a sharded checkpoint's index says of it (plain data)."""
+        return {"module": self.module, "names": list(self.names), "shapes": [list(s) for s in self.shapes],
+                "offsets": list(self.bucket.offsets)}
+
+
+def owner(name: str, segments: list[str]) -> tuple[str, bool]:
+    """(module, direct) of the block parameter `name` belongs to: the longest segment holding
+    it, else the module holding it directly."""
+    holding = [s for s in segments if name.startswith(s + ".")]
+    if holding:
+        return max(holding, key=len), False
+    return name.rpartition(".")[0], True
+
+
+def blocks(names: list[str], shapes: list[tuple[int, ...]], world: int, segments: list[str]) -> list[Block]:
+    """The model's parameters (`names`, `shapes`, in order) cut into blocks, in the order their
+    first parameters come; every parameter in exactly one."""
+    grouped: dict[tuple[str, bool], list[int]] = {}
+    for i, name in enumerate(names):
+        grouped.setdefault(owner(name, segments), []).append(i)
+    sizes = [_numel(s) for s in shapes]
+    return [Block(module, direct, tuple(names[i] for i in indices), tuple(tuple(shapes[i]) for i in indices),
+                  _bucket(indices, sizes, world))
+            for (module, direct), indices in grouped.items()]
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

@@ -86,15 +86,15 @@ def test_shard_files_make_one_set_or_a_one_line_error(tmp_path):
         zero_partition.find_shards(tmp_path, ".pt")
 
 
-def test_level_outside_0_to_2_is_one_line():
-    for good in (0, 1, 2):
+def test_level_outside_0_to_3_is_one_line():
+    for good in (0, 1, 2, 3):
         zero_partition.check_level(good)
-    with pytest.raises(UserError, match="training.zero=3"):
-        zero_partition.check_level(3)
+    with pytest.raises(UserError, match="training.zero=4"):
+        zero_partition.check_level(4)
 
 
 @pytest.mark.parametrize("overrides, says", [
-    (["training.zero=3"], "training.zero=3: must be 0"),
+    (["training.zero=4"], "training.zero=4: must be 0"),
     (["training.zero=-1"], "training.zero=-1: must be 0"),
     (["training.zero=1", "training.elastic=true"], "elastic reset would have to re-shard"),
     (["training.zero=2", "horovod.compression=powersgd"], "PowerSGD"),
@@ -103,6 +103,12 @@ def test_level_outside_0_to_2_is_one_line():
     (["training.zero=2", "optimizer.name=lamb"], "trust ratio"),
     (["training.zero=1", "optimizer.name=lars"], "trust ratio"),
     (["training.zero=1", "training.amp=true", "training.amp_dtype=float16"], "loss scaler"),
+    (["training.zero=3", "training.elastic=true"], "elastic reset would have to re-shard"),
+    (["training.zero=3", "horovod.compression=powersgd"], "PowerSGD"),
+    (["training.zero=3", "training.ema_decay=0.99"], "training.ema_decay with training.zero=3"),
+    (["training.zero=3", "training.compile=true"], "training.compile=true with training.zero=3"),
+    (["training.zero=3", "horovod.compression=fp16"], "horovod.compression=fp16 with training.zero=3"),
+    (["training.zero=3", "optimizer.layer_decay=0.65"], "training.zero=3"),
 ])
 def test_what_zero_cannot_serve_is_refused_in_one_line(overrides, says):
     with pytest.raises(UserError) as info:
@@ -117,3 +123,42 @@ def test_what_zero_cannot_serve_is_refused_in_one_line(overrides, says):
 ])
 def test_what_zero_serves_is_accepted(overrides):
     assert config.load(overrides=overrides).training.zero in (1, 2)
+
+
+# training.zero=3's blocks (hvdcls.maths.zero.blocks)
+
+VIT_NAMES = ["class_token", "conv_proj.weight", "conv_proj.bias", "encoder.pos_embedding",
+             *[f"encoder.layers.encoder_layer_{i}.{p}" for i in range(2) for p in ("ln_1.weight", "mlp.0.weight")],
+             "encoder.ln.weight", "encoder.ln.bias", "heads.head.weight", "heads.head.bias"]
+
+
+def test_a_vits_blocks_are_its_encoder_blocks_and_each_leftover_parameters_module():
+    segments = ["encoder.layers.encoder_layer_0", "encoder.layers.encoder_layer_1", "conv_proj", "heads"]
+    shapes = [(3, i + 1) for i in range(len(VIT_NAMES))]
+    found = zero_partition.blocks(VIT_NAMES, shapes, 2, segments)
+    assert [(b.module, b.direct, len(b.names)) for b in found] == [
+        ("", True, 1), ("conv_proj", False, 2), ("encoder", True, 1),
+        ("encoder.layers.encoder_layer_0", False, 2), ("encoder.layers.encoder_layer_1", False, 2),
+        ("encoder.ln", True, 2), ("heads", False, 2)]
+    assert found[3].index() == {"module": "encoder.layers.encoder_layer_0",
+                                "names": VIT_NAMES[4:6], "shapes": [[3, 5], [3, 6]], "offsets": [0, 15]}
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 5, 8])
+def test_blocks_cover_every_element_once_for_any_world_size(world):
+    rng = random.Random(world)
+    names = [f"m{rng.randrange(4)}.s{i % 3}.p{i}" for i in range(30)]
+    shapes = [(rng.randrange(1, 9), rng.randrange(1, 5)) for _ in names]  # uneven, some below the world size
+    found = zero_partition.blocks(names, shapes, world, ["m0", "m1.s2", "m1"])
+    params = sorted(i for b in found for i in b.bucket.params)
+    assert params == list(range(len(names)))  # every parameter in exactly one block
+    for block in found:
+        bucket = block.bucket
+        assert [names[i] for i in bucket.params] == list(block.names)
+        assert list(bucket.sizes) == [h * w for h, w in block.shapes]
+        assert bucket.padded % world == 0 and bucket.padded - bucket.numel < world
+        owned = sorted((p.param, k) for r in range(world) for p in bucket.pieces(r) for k in range(p.start, p.end))
+        assert owned == [(i, k) for i, size in zip(bucket.params, bucket.sizes) for k in range(size)]
+        holder = {zero_partition.owner(n, ["m0", "m1.s2", "m1"]) for n in block.names}
+        assert holder == {(block.module, block.direct)}
+    assert {zero_partition.owner("m1.s2.p5", ["m0", "m1.s2", "m1"])} == {("m1.s2", False)}  # the longest
