@@ -111,7 +111,7 @@ class BenchSpec:
                                  "XLA; its compile runs in untimed steps first)")
     zeros: list[int] = option([0], flag="--zero", choices=zero.LEVELS,
                               help="training.zero of the hvdcls cells (1: optimizer state sharded, "
-                              "2: gradients too); the baselines run beside zero 0 only")
+                              "2: gradients too, 3: parameters too, torch); the baselines run beside zero 0 only")
     waits: list[str] = option(["auto"], flag="--wait", choices=WAITS,
                               help="horovod.wait of the torch hvdcls cells (sleep: poll the "
                               "all-reduces with naps; spin: Horovod's synchronize(); auto: sleep "
