@@ -96,6 +96,22 @@ class Plain(Strategy):
     def broadcast_state(self) -> None:
         hvd.broadcast_variables(tf_variables(self.optimizer.variables), root_rank=0)  # Horovod
 
+    def sources(self, trained: list) -> list:
+        """What the compiled step differentiates, given the variables trained now."""
+        return tf_variables(trained)
+
+    def held_params(self) -> int:
+        """The parameters' bytes this rank holds (Backend.memory): every one, unsharded."""
+        return variable_bytes(self.variables)
+
+    def memory_extra(self) -> dict[str, int]:
+        """What Backend.memory reports beside the parameters', gradients' and optimizer's bytes."""
+        return {}
+
+    def full_state(self, model: keras.Model) -> dict[str, Any]:
+        """The model's unsharded variables by path (every rank calls it: a collective is allowed)."""
+        return {v.path: v for v in model.variables}
+
     def held_grads(self) -> int:
         # Gradients live only inside the compiled step, one per trained variable, of its shape
         # and dtype: counted from the variables.
