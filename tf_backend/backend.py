@@ -40,12 +40,13 @@ import tensorflow as tf
 from hvdcls import strategy
 from hvdcls.backend import TOP_K, EvalSums, LazyArrays, Sums, add
 from hvdcls.config import Config, worker_lr
+from hvdcls.data import device_decode
 from hvdcls.data.batches import EpochBatches
 from hvdcls.errors import UserError
 from hvdcls.files import fileio
 from hvdcls.horovod_backend import HorovodBackend
 from hvdcls.maths import powersgd
-from tf_backend import compiled, data, elastic, finetune, models, optimizers, recompute, sync_bn
+from tf_backend import compiled, data, decode, elastic, finetune, models, optimizers, recompute, sync_bn
 from tf_backend.strategies import check_count, tf_variables, variable_bytes
 from tf_backend.weights import CHECKPOINT_FILE, load_initial_weights, refresh_normalization
 
@@ -112,7 +113,10 @@ class TensorFlowBackend(HorovodBackend):
     def setup(self, config: Config, local_rank: int, threads: int) -> str:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(min(threads, 2))
-        return pick_device(config, local_rank)
+        device = pick_device(config, local_rank)
+        # data.decode: always the CPU here; gpu is one line (tf_backend/decode.py says why)
+        device_decode.resolve(config.data.decode, device.split(":")[0], decode.unsupported())
+        return device
 
     def set_threads(self, threads: int) -> bool:
         # TensorFlow sizes its pools once, when its runtime starts (before the first collective
