@@ -426,7 +426,8 @@ class TensorFlowBackend(HorovodBackend):
 
     def restore(self, snapshot: dict) -> None:
         for variable, value in zip(self.model.variables, snapshot["model"]):
-            variable.assign(value)
+            if value.shape == tuple(variable.shape):  # (zero=3's storage-less ones: the strategy's slices)
+                variable.assign(value)
         self.strategy.restore(snapshot)
 
     def broadcast_state(self) -> None:

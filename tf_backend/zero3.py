@@ -164,6 +164,12 @@ class ShardedParameters(ShardedOptimizer):
         return {"world": self.size, "blocks": [block.index() for block in self.blocks]}
 
     def check_index(self, index: dict, describe: str) -> None:
-        """A checkpoint's index must list this model's blocks (the world size may differ)."""
-        if index.get("blocks") != [block.index() for block in self.blocks]:
+        """A checkpoint's index must list this model's blocks (the world size may differ): their
+        shapes and offsets, not their names (Keras numbers a layer's default name by the layers
+        the process built before it: conv2d_12 in one process is conv2d in the next)."""
+        if [layout(b) for b in index.get("blocks", [])] != [layout(b.index()) for b in self.blocks]:
             raise UserError(f"cannot load {describe}: its training.zero=3 blocks are not this model's")
+
+
+def layout(block: dict) -> tuple[list, list]:
+    return [tuple(s) for s in block["shapes"]], block["offsets"]

@@ -21,7 +21,7 @@ from hvdcls.errors import UserError
 from hvdcls.maths import powersgd
 from hvdcls.strategy import Strategy
 from tf_backend import finetune, zero
-from tf_backend.strategies import check_count, tf_variables, variable_bytes
+from tf_backend.strategies import check_count, refuse_sharded_parameters, tf_variables, variable_bytes
 from tf_backend.weights import CHECKPOINT_FILE
 
 MakeOptimizer = Callable[..., keras.optimizers.Optimizer]  # (scales=None) -> a Keras optimizer
@@ -76,6 +76,7 @@ class Plain(Strategy):
 
     def load_state(self, state: dict, directory: Path) -> None:
         path = directory / CHECKPOINT_FILE
+        refuse_sharded_parameters(path, state)
         if zero.IN_SHARD_FILES in state:
             raise UserError(f"cannot load {path}: its optimizer state is in training.zero's per-rank shard "
                             "files; resume it with training.zero=1 or 2")

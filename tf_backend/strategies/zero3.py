@@ -19,11 +19,11 @@ import numpy as np
 from hvdcls.config import Config
 from hvdcls.errors import UserError
 from tf_backend import zero3
+from tf_backend.strategies import SHARDED_PARAMETERS, check_count
 from tf_backend.strategies.plain import MakeOptimizer
 from tf_backend.strategies.zero import Zero
 from tf_backend.weights import CHECKPOINT_FILE
 
-INDEX = "zero3"  # the checkpoint's key: the blocks' index, as JSON
 PLACEHOLDER = np.zeros(0, np.float32)  # a sharded variable's entry in rank 0's file (it has no storage)
 
 
@@ -58,6 +58,14 @@ class Zero3(Zero):
     def full_state(self, model) -> dict:
         return self.sharded.full_state(model)
 
+    def snapshot(self) -> dict:
+        return {**super().snapshot(), "shards": [np.array(s.numpy(), copy=True) for s in self.sharded.shards]}
+
+    def restore(self, snapshot: dict) -> None:
+        super().restore(snapshot)
+        for shard, value in zip(self.sharded.shards, snapshot["shards"]):
+            shard.assign(value)
+
     def prepare_checkpoint(self, shard_dir: Optional[Path] = None) -> None:
         if shard_dir is None:
             raise UserError("training.zero=3: some rank cannot see rank 0's checkpoint directory, and zero=3 "
@@ -67,15 +75,16 @@ class Zero3(Zero):
     def save_state(self, state: dict) -> None:
         for m in self.placeholders:
             state[f"model/{m}"] = PLACEHOLDER
-        state[INDEX] = np.array(json.dumps(self.sharded.index()))
+        state[SHARDED_PARAMETERS] = np.array(json.dumps(self.sharded.index()))
         super().save_state(state)  # says the optimizer's state is in the shard files
 
     def load_state(self, state: dict, directory: Path) -> None:
         path = directory / CHECKPOINT_FILE
-        if INDEX not in state:
+        if SHARDED_PARAMETERS not in state:
             raise UserError(f"cannot load {path}: it holds whole parameters; training.zero=3 resumes only "
                             "its own checkpoints yet")
-        self.sharded.check_index(json.loads(str(state[INDEX])), str(path))
-        super().load_state(state, directory)  # each rank reads its slices on broadcast
+        self.sharded.check_index(json.loads(str(state[SHARDED_PARAMETERS])), str(path))
+        check_count(path, state, "optimizer", 0)
+        self.sharded.load_shards_from(directory)  # each rank reads its slices on broadcast
         for m in self.placeholders:
             del state[f"model/{m}"]  # not the backend's to assign
