@@ -13,6 +13,7 @@ path is tested on a machine without a GPU (tests/torch_backend/test_decode.py).
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Optional
 
 import torch
@@ -97,20 +98,24 @@ def rounded(values: torch.Tensor) -> torch.Tensor:
 
 def weights(start: int, end: int, size: int, out: int, device: torch.device) -> tuple[int, torch.Tensor]:
     """Pillow's bilinear coefficients for [start, end) of an axis of `size` pixels resized to
-    `out` (precompute_coeffs in its Resample.c, then quantised to its 22 bits): the first input
-    pixel used, and the (out, pixels used) matrix."""
+    `out` (precompute_coeffs in its Resample.c, in float64 as there, then quantised to its 22
+    bits): the first input pixel used, and the (out, pixels used) matrix, made on `device`
+    (a 12-megapixel photo's would be megabytes to copy there) without waiting for it."""
     scale = (end - start) / out
     stretch = max(scale, 1.0)  # the filter widens when shrinking: antialiasing
-    centres = start + (torch.arange(out, dtype=torch.float64) + 0.5) * scale
-    low = (centres - stretch + 0.5).floor().clamp(min=0)  # C's int cast of a value >= -0.5: floor, then >= 0
+    # the first output's window starts first and the last one's ends last (C's int cast of a
+    # value >= -0.5 is a floor, then clamped to the image)
+    first = max(0, math.floor(start + 0.5 * scale - stretch + 0.5))
+    last = min(size, math.floor(start + (out - 0.5) * scale + stretch + 0.5))
+    centres = start + (torch.arange(out, dtype=torch.float64, device=device) + 0.5) * scale
+    low = (centres - stretch + 0.5).floor().clamp(min=0)
     high = (centres + stretch + 0.5).floor().clamp(max=size)
-    first, last = int(low.min()), int(high.max())
-    pixels = torch.arange(first, last, dtype=torch.float64)
+    pixels = torch.arange(first, last, dtype=torch.float64, device=device)
     inside = (pixels[None] >= low[:, None]) & (pixels[None] < high[:, None])
     taps = (1 - ((pixels[None] - centres[:, None] + 0.5) / stretch).abs()).clamp(min=0) * inside
     taps = taps / taps.sum(1, keepdim=True).clamp(min=1e-12)
     quantised = (taps * (1 << PRECISION_BITS)).round() / (1 << PRECISION_BITS)
-    return first, quantised.to(device=device, dtype=torch.float32)
+    return first, quantised.float()
 
 
 def upright(image: torch.Tensor, turn: int) -> torch.Tensor:
