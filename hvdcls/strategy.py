@@ -12,6 +12,8 @@ tests/unit/test_strategy.py looks). The modes:
   adasum    horovod.op=adasum: Horovod combines the weight updates inside the step
   powersgd  horovod.compression=powersgd: our low-rank reduction after backward, a plain step
   zero      training.zero=1 or 2: the optimizer state (and at 2 the gradients) sharded by rank
+  zero3     training.zero=3: the parameters too, each block all-gathered for its forward (and
+            its recomputation) and its gradients reduce-scattered in backward (torch only yet)
 
 What both backends share lives here once: the choice (`strategy_name`), the refusals that need
 the device (`refuse`: float16 loss scaling under ZeRO), and the interface. The config's own
@@ -80,12 +82,15 @@ STRATEGIES: dict[str, StrategySpec] = {spec.name: spec for spec in (
     _spec("adasum", refuse_nothing, "horovod.op=adasum: Horovod combines the updates in the step"),
     _spec("powersgd", refuse_nothing, "horovod.compression=powersgd: low-rank factors all-reduced"),
     _spec("zero", refuse_loss_scaled_shards, "training.zero=1 or 2: optimizer state sharded by rank"),
+    _spec("zero3", refuse_loss_scaled_shards, "training.zero=3: parameters sharded too, gathered per block"),
 )}
 
 
 def strategy_name(config: Config) -> str:
     """The one place the config's reduction keys are read for a mode (the config's checks have
     refused the combinations no mode serves: zero with powersgd or adasum, powersgd with adasum)."""
+    if config.training.zero == 3:
+        return "zero3"
     if config.training.zero:
         return "zero"
     if config.horovod.compression == "powersgd":

@@ -25,7 +25,8 @@ from hvdcls import registry
 from hvdcls.backend import weights_digest
 from hvdcls.maths import zero as zero_plan
 
-SIDE, CLASSES, BATCH, LEVELS = 16, 10, 8, (0, 1, 2)
+SIDE, CLASSES, BATCH = 16, 10, 8
+LEVELS = {"torch": (0, 1, 2, 3), "tensorflow": (0, 1, 2)}  # zero=3: torch only yet
 CASES = {  # name: (overrides, lr)
     # the global norm over every rank's slices; two backward passes per step; Horovod's spin
     "sgd_momentum_clip_accumulate": (["optimizer.name=sgd", "optimizer.momentum=0.9", "optimizer.weight_decay=1e-4",
@@ -76,11 +77,23 @@ def checkpoint_arrays(backend_name: str, directory: Path) -> dict:
 
 def consolidated(backend_name: str, backend, directory: Path) -> dict:
     """The unsharded optimizer state the ranks' shard files hold, by checkpoint_arrays()'s names:
-    their slices re-cut for one rank (a change of world size, 2 to 1)."""
-    sharded = backend.strategy.sharded  # the zero strategy's ShardedOptimizer
+    their slices re-cut for one rank (a change of world size, 2 to 1); zero=3's parameters too,
+    by name under "params"."""
+    sharded = backend.strategy.sharded  # the zero strategy's ShardedOptimizer, zero3's ShardedParameters
+    if hasattr(sharded, "blocks"):  # zero=3: a bucket per block
+        whole = [zero_plan.Bucket(b.bucket.params, b.bucket.offsets, b.bucket.sizes, 1) for b in sharded.blocks]
+        from torch_backend import zero
+        stored = zero.read_shards(directory, whole, 0)
+        state = stored["optimizer"]
+        params = {name: flat[offset:offset + size].numpy() for block, flat in zip(sharded.blocks, stored["params"])
+                  for name, offset, size in zip(block.names, block.bucket.offsets, block.bucket.sizes)}
+        return {**optimizer_arrays(backend_name, sharded, whole, state), "params": params}
     sizes = [b for bucket in sharded.buckets for b in bucket.sizes]
     whole = zero_plan.plan(sizes, 1)
-    state = sharded.read_shards(directory, whole, 0)
+    return optimizer_arrays(backend_name, sharded, whole, sharded.read_shards(directory, whole, 0))
+
+
+def optimizer_arrays(backend_name: str, sharded, whole: list, state: dict) -> dict:
     out = {}
     for b, bucket in enumerate(whole):
         for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes):
@@ -96,16 +109,16 @@ def consolidated(backend_name: str, backend, directory: Path) -> dict:
 
 
 def run_level(backend_name: str, overrides: list, lr: float, zero: int, out: Path) -> dict:
-    """zero=1 checkpoints as a run whose ranks share a filesystem does (every rank writes its
+    """zero=1 and 3 checkpoint as a run whose ranks share a filesystem does (every rank writes its
     slices beside rank 0's file); zero=2 as one whose ranks do not (gathered to rank 0)."""
     backend, ctx, passes = build(backend_name, overrides, zero)
     for step in range(2):
         backend.train_step(batches(backend, passes, step, ctx.rank), lr)
     memory = backend.memory()
-    after_two = backend.weights()
+    after_two = backend.weights().copied()  # a read of weights() is live: the next steps move it
     checkpoint = out / f"checkpoint-{zero}"
     checkpoint.mkdir(exist_ok=True)
-    backend.prepare_checkpoint(checkpoint if zero == 1 else None)  # every rank: shards written, or gathered
+    backend.prepare_checkpoint(checkpoint if zero in (1, 3) else None)  # every rank: shards written, or gathered
     backend.broadcast_object(None, "shards_written")  # a barrier, as the Trainer's
     if ctx.rank == 0:
         backend.save(checkpoint)
@@ -117,20 +130,28 @@ def run_level(backend_name: str, overrides: list, lr: float, zero: int, out: Pat
     backend.sync_buffers()
     third = {str(i): value for i, value in enumerate(backend.weights().values())}  # by position
     backend.broadcast_object(None, "saved")  # a barrier: rank 0 wrote the checkpoint long before
-    state = consolidated(backend_name, backend, checkpoint) if zero == 1 else checkpoint_arrays(backend_name, checkpoint)
-    return {"after_two": after_two, "state": state, "third": third,
+    state = consolidated(backend_name, backend, checkpoint) if zero in (1, 3) else \
+        checkpoint_arrays(backend_name, checkpoint)
+    recut = state.pop("params", None)  # zero=3: the parameters, re-cut for one rank
+    return {"after_two": after_two, "state": state, "third": third, "recut": recut,
             "memory": memory, "digest": weights_digest(third), "rank": ctx.rank}
+
+
+def recut_difference(recut, unsharded) -> float:
+    """zero=3's parameters read back from its shard files for one rank, against zero=0's (0: none)."""
+    return largest_difference(recut, {name: unsharded[name] for name in recut}) if recut else 0.0
 
 
 def main(backend_name: str, out: Path) -> None:
     report, rank = {}, 0
     for name, (overrides, lr) in CASES.items():
-        runs = {zero: run_level(backend_name, overrides, lr, zero, out / name) for zero in LEVELS}
+        runs = {zero: run_level(backend_name, overrides, lr, zero, out / name) for zero in LEVELS[backend_name]}
         rank = runs[0]["rank"]
         report[name] = {str(zero): {
             "weights": largest_difference(run["after_two"], runs[0]["after_two"]),
             "optimizer_state": largest_difference(run["state"], runs[0]["state"]),
             "resumed": largest_difference(run["third"], runs[0]["third"]),
+            "recut_weights": recut_difference(run["recut"], runs[0]["after_two"]),
             "digest": run["digest"], "memory": run["memory"]} for zero, run in runs.items()}
     (out / f"rank-{rank}.json").write_text(json.dumps(report, indent=1))
 

@@ -22,14 +22,12 @@ import torch.nn.functional as F
 from hvdcls import strategy
 from hvdcls.backend import TOP_K, EvalSums, LazyArrays, Sums, add
 from hvdcls.config import Config, worker_lr
-from hvdcls.data import device_decode
 from hvdcls.data.batches import EpochBatches, LoaderWait
-from hvdcls.data.device_decode import EncodedBatch
 from hvdcls.errors import UserError
 from hvdcls.files import fileio
 from hvdcls.horovod_backend import HorovodBackend, waits_asleep
 from hvdcls.maths import powersgd
-from torch_backend import compiled, data, decode, elastic, finetune, models, optimizers, recompute
+from torch_backend import compiled, data, elastic, finetune, models, optimizers, recompute
 from torch_backend.sync_bn import SyncBatchNorm
 from torch_backend.weights import CHECKPOINT_FILE, load_initial_weights
 
@@ -91,16 +89,13 @@ class TorchBackend(HorovodBackend):
     strategy: Any  # hvdcls.strategy: the reduction mode (torch_backend/strategies/), chosen in build
     ema: Optional[dict[str, torch.Tensor]]
     pixel_norm: tuple[list[float], list[float]]  # data.mean, data.std: the loader's uint8 batches, normalised
-    decode_on_device = False  # data.decode resolved (setup): the workers hand over the JPEGs' bytes
 
     def __init__(self):
         super().__init__(hvd, {"torch": torch.__version__, "torchvision": installed_version("torchvision")})
 
     def setup(self, config: Config, local_rank: int, threads: int) -> torch.device:
         torch.set_num_threads(threads)
-        device = pick_device(config, local_rank)
-        self.decode_on_device = device_decode.resolve(config.data.decode, device.type, decode.unsupported())
-        return device
+        return pick_device(config, local_rank)
 
     def set_threads(self, threads: int) -> bool:
         torch.set_num_threads(threads)  # torch's pool takes a new size at any time
@@ -137,12 +132,14 @@ class TorchBackend(HorovodBackend):
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
         chosen = strategy.choose(config, "torch", loss_scaled=self.scaler.is_enabled())  # nothing built if refused
         self.last_allreduce_wait: float | None = None
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        trained = [tuple(p.shape) for p in self.model.parameters() if p.requires_grad]
+        parameters = models.count_parameters(self.model)  # before a strategy may shard them (zero=3)
         # optimizer.layer_decay: one param group per rate multiplier (hvdcls.finetune)
         groups, self.lr_scales = finetune.parameter_groups(self.model, config.model.name, config.optimizer.layer_decay)
         # horovod.wait: poll and nap (not Horovod's spin) while the all-reduces run
-        self.wait_asleep = waits_asleep(hv.wait, powersgd.dense_bytes([tuple(p.shape) for p in self.params]))
-        # the reduction mode: its optimizer, exchange, step and state (every rank reduces every parameter)
+        self.wait_asleep = waits_asleep(hv.wait, powersgd.dense_bytes(trained))
+        # the reduction mode: its optimizer, exchange, step and state (every rank reduces every
+        # parameter; zero=3 keeps a slice of each and takes the whole ones off the model)
         self.strategy = chosen(self, config, list(self.model.named_parameters()), groups,
                                lambda params: make_optimizer(params, config))
         self.optimizer, self.counter = self.strategy.optimizer, self.strategy.counter
@@ -156,7 +153,7 @@ class TorchBackend(HorovodBackend):
         if config.training.ema_decay is not None:  # after the broadcast and its optimizer step
             # Model EMA: a copy of every floating entry of the state (parameters, BN statistics).
             self.ema = {name: t.detach().clone() for name, t in self.ema_sources().items()}
-        return {"parameters": models.count_parameters(self.model), "framework": "torch", "weights": loaded,
+        return {"parameters": parameters, "framework": "torch", "weights": loaded,
                 "channels_last": channels_last, "compile": config.training.compile, "zero": config.training.zero,
                 "amp_dtype": str(self.dtype).replace("torch.", "") if self.dtype else None,
                 "horovod": {"compression": hv.compression, "op": hv.op, "sync_bn": hv.sync_bn,
@@ -164,22 +161,18 @@ class TorchBackend(HorovodBackend):
                             "backward_passes_per_step": hv.backward_passes_per_step}}
 
     def loader(self, batches: EpochBatches, workers: int):
-        # uint8 pixels from the workers, normalised on the device (to_device); with data.decode
-        # on the device, the JPEGs' bytes and the core's choices, decoded there (to_device)
+        # uint8 pixels from the workers, normalised on the device (to_device)
         uint8 = isinstance(batches, EpochBatches) and batches.uint8_ok
         if uint8:
             self.pixel_norm = (batches.preprocess.config.mean, batches.preprocess.config.std)
-        encoded = uint8 and self.decode_on_device and device_decode.possible(batches)
-        return data.loader(batches, workers, pin_memory=self.device.type == "cuda", uint8=uint8, encoded=encoded)
+        return data.loader(batches, workers, pin_memory=self.device.type == "cuda", uint8=uint8)
 
     def loader_worker(self, loader: LoaderWait, batches: EpochBatches) -> Optional[str]:
         return data.waited_worker(loader.iterator) or super().loader_worker(loader, batches)
 
     def to_device(self, images: torch.Tensor) -> torch.Tensor:
         """Images on the device, normalised there when the loader handed over uint8 pixels,
-        NHWC in memory when training.channels_last; JPEGs handed over encoded, decoded there."""
-        if isinstance(images, EncodedBatch):
-            images = decode.decode(images, self.device)
+        NHWC in memory when training.channels_last."""
         if images.dtype == torch.uint8:
             images = data.normalise(images.to(self.device), *self.pixel_norm)
         return images.to(self.device, memory_format=self.memory_format)
@@ -321,7 +314,8 @@ class TorchBackend(HorovodBackend):
             hvd.broadcast_parameters([(f"ema.{n}", t) for n, t in self.ema.items()], root_rank=0)
 
     def weights(self) -> LazyArrays:
-        return LazyArrays({name: partial(host_copy, t) for name, t in self.model.state_dict().items()})
+        # the strategy's: zero=3 gathers the sharded parameters (every rank calls this)
+        return LazyArrays({name: partial(host_copy, t) for name, t in self.strategy.full_state(self.model).items()})
 
     def memory(self) -> dict[str, int]:
         # Gradients as they are held now: after a step, every trained parameter's (the next
@@ -329,8 +323,8 @@ class TorchBackend(HorovodBackend):
         state = [t for per_param in self.optimizer.state.values() for t in per_param.values()
                  if torch.is_tensor(t) and t.ndim > 0]  # not Adam's 0-d step counts
         grads = self.strategy.held_grads()
-        return {"param_bytes": tensor_bytes(self.params), "grad_bytes": tensor_bytes(grads),
-                "optimizer_state_bytes": tensor_bytes(state)}
+        return {"param_bytes": tensor_bytes(self.strategy.held_params()), "grad_bytes": tensor_bytes(grads),
+                "optimizer_state_bytes": tensor_bytes(state), **self.strategy.memory_extra()}
 
     def elastic_state(self, progress: dict):
         return elastic.make_state(self.model, self.optimizer, progress)

@@ -53,7 +53,8 @@ class Freezer:
     wrapper, or a plain optimizer that PowerSGD feeds) built while all of it trained."""
 
     def __init__(self, model: nn.Module, optimizer):
-        self.backbone = [p for (_, p), head in zip(model.named_parameters(), head_flags(model)) if not head]
+        named = list(model.named_parameters())  # none left under training.zero=3 (which refuses freezing)
+        self.backbone = [p for (_, p), head in zip(named, head_flags(model)) if not head] if named else []
         self.optimizer = optimizer
         # Horovod: the parameters its synchronize() reduces (empty: no hooks, one process)
         self.hooked = set(getattr(optimizer, "_requires_update", ()))

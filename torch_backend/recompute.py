@@ -59,6 +59,19 @@ class CheckpointedStage(nn.Sequential):
         return recomputed(self, super().forward, x)
 
 
+def segment_names(model: nn.Module) -> list[str]:
+    """The segments enable() checkpoints, by module name (whether it did or not): [] for a
+    model it does not know (training.zero=3 cuts its blocks by them)."""
+    from torchvision.models import ResNet
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    if isinstance(model, VisionTransformer):
+        return [f"encoder.layers.{name}" for name, _ in model.encoder.layers.named_children()]
+    if isinstance(model, ResNet):
+        return list(RESNET_STAGES)
+    return []
+
+
 def enable(model: nn.Module, name: str) -> nn.Module:
     """Checkpoint `model` in place (and return it); a model without segments we know is a
     one-line UserError."""

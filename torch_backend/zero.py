@@ -26,7 +26,7 @@ import os
 from collections import deque
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import horovod.torch as hvd
 import torch
@@ -191,18 +191,8 @@ class ShardedOptimizer:
             shard.grad = self.reduced.pop(b)
         self._disarm()
 
-    @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
-        """torch.nn.utils.clip_grad_norm_ over the whole model: the slices' squared norms summed
-        over ranks (every element counted once; the padding is 0)."""
-        squares = sum(torch.sum(s.grad.float() ** 2) for s in self.shards if s.grad is not None)
-        total = hvd.allreduce(torch.as_tensor(squares, dtype=torch.float32).reshape(1), op=hvd.Sum,
-                              name="zero.grad_norm").sqrt()[0]
-        coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-        for s in self.shards:
-            if s.grad is not None:
-                s.grad.mul_(coefficient)
-        return total
+        return clip_slices_(self.shards, max_norm)
 
     def held_grads(self) -> list[torch.Tensor]:
         """The gradient tensors this rank holds now (Backend.memory)."""
@@ -257,7 +247,7 @@ class ShardedOptimizer:
     def _load_shards(self, directory: Path) -> None:
         """Every rank reads its slices; one that cannot stops every rank, with its reason."""
         try:
-            state, error = self.read_shards(directory, self.buckets, self.rank), None
+            state, error = read_shards(directory, self.buckets, self.rank)["optimizer"], None
         except UserError as err:
             state, error = None, f"rank {self.rank}: {err}"
         errors = [e for e in hvd.allgather_object(error, name="zero.shards_read") if e]
@@ -288,11 +278,7 @@ class ShardedOptimizer:
         self.gathered = gathered if self.rank == 0 else None
 
     def write_shard(self, directory: Path) -> None:
-        final = directory / shard_file_name(self.rank, self.size, SHARD_SUFFIX)
-        tmp = final.with_name(f".{final.name}.tmp")
-        with fileio.large_output(tmp) as handle:
-            torch.save({"numels": [b.numel for b in self.buckets], "optimizer": self.local.state_dict()}, handle)
-        os.replace(tmp, final)
+        write_shard(directory, {"numels": [b.numel for b in self.buckets], "optimizer": self.local.state_dict()})
 
     def load_checkpoint(self, state: dict, directory: Path) -> None:
         """Rank 0: what a checkpoint's torch.pt holds for the optimizer (follow with broadcast_state())."""
@@ -302,41 +288,8 @@ class ShardedOptimizer:
             self.load_state_dict(state)
 
     def read_shards(self, directory: Path, buckets: list[Bucket], rank: int) -> dict:
-        """The local optimizer's state_dict for `rank`'s slices of `buckets` (at their world
-        size), from the shard files every rank of the saving run wrote: its own file at the same
-        world size (bit-identical), else the overlapping parts of each old slice, one file at a
-        time."""
-        files = find_shards(directory, SHARD_SUFFIX)
-        if files is None:
-            raise UserError(f"checkpoint {directory}: training.zero shard files expected, none found")
-        if len(files) == buckets[0].world:
-            return self._read_shard(files[rank], buckets)["optimizer"]
-        state: dict = {}
-        groups = None
-        for source, path in enumerate(files):
-            old = self._read_shard(path, buckets)["optimizer"]
-            groups = groups or old["param_groups"]
-            for b, bucket in enumerate(buckets):
-                entry = old["state"].get(b, {})
-                new = state.setdefault(b, {})
-                for key, value in entry.items():
-                    if not (torch.is_tensor(value) and value.ndim == 1):
-                        new.setdefault(key, value)  # Adam's step count: the same on every rank
-                        continue
-                    if key not in new:  # made once, not per old file: it is a whole slice
-                        new[key] = torch.zeros(bucket.shard, dtype=value.dtype)
-                    fill_from(new[key], value, bucket, len(files), rank, source)
-        return {"state": {b: entry for b, entry in state.items() if entry}, "param_groups": groups}
-
-    def _read_shard(self, path: Path, buckets: list[Bucket]) -> dict:
-        try:
-            stored = torch.load(path, map_location="cpu", weights_only=True)
-        except (OSError, RuntimeError, EOFError, ValueError) as err:
-            raise UserError(f"cannot load {path}: {str(err).splitlines()[0] if str(err) else type(err).__name__}") \
-                from None
-        if stored.get("numels") != [b.numel for b in buckets]:
-            raise UserError(f"cannot load {path}: its training.zero buckets are not this model's")
-        return stored
+        """The local optimizer's state_dict for `rank`'s slices of `buckets` (read_shards)."""
+        return read_shards(directory, buckets, rank)["optimizer"]
 
     def _gather(self, keep: bool = True) -> dict:
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.local.param_groups]
@@ -383,3 +336,74 @@ class ShardedOptimizer:
                 values = entry[key].reshape(-1).to(out)
                 out[piece.offset:piece.offset + piece.end - piece.start].copy_(values[piece.start:piece.end])
         return out
+
+
+@torch.no_grad()
+def clip_slices_(shards: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """torch.nn.utils.clip_grad_norm_ over the whole model, given every rank's slices of it:
+    the slices' squared norms summed over ranks (every element counted once; padding is 0)."""
+    squares = sum(torch.sum(s.grad.float() ** 2) for s in shards if s.grad is not None)
+    total = hvd.allreduce(torch.as_tensor(squares, dtype=torch.float32).reshape(1), op=hvd.Sum,
+                          name="zero.grad_norm").sqrt()[0]
+    coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for s in shards:
+        if s.grad is not None:
+            s.grad.mul_(coefficient)
+    return total
+
+
+def write_shard(directory: Path, content: dict) -> None:
+    """This rank's shard file (its slices: "numels" per bucket, "optimizer", zero=3's "params")."""
+    final = directory / shard_file_name(hvd.rank(), hvd.size(), SHARD_SUFFIX)
+    tmp = final.with_name(f".{final.name}.tmp")
+    with fileio.large_output(tmp) as handle:
+        torch.save(content, handle)
+    os.replace(tmp, final)
+
+
+def read_shards(directory: Path, buckets: list[Bucket], rank: int) -> dict:
+    """`rank`'s slices of `buckets` (at their world size) from the shard files every rank of the
+    saving run wrote: "optimizer", the local optimizer's state_dict, and "params" where zero=3
+    wrote them. Its own file at the same world size (bit-identical), else the overlapping parts
+    of each old slice, one file at a time."""
+    files = find_shards(directory, SHARD_SUFFIX)
+    if files is None:
+        raise UserError(f"checkpoint {directory}: training.zero shard files expected, none found")
+    if len(files) == buckets[0].world:
+        return _read_shard(files[rank], buckets)
+    state: dict = {}
+    groups = None
+    params: Optional[list[torch.Tensor]] = None
+    for source, path in enumerate(files):
+        old = _read_shard(path, buckets)
+        groups = groups or old["optimizer"]["param_groups"]
+        for b, bucket in enumerate(buckets):
+            _recut_state(state.setdefault(b, {}), old["optimizer"]["state"].get(b, {}), bucket, len(files), rank,
+                         source)
+        if "params" in old:
+            params = params or [torch.zeros(b.shard, dtype=old["params"][0].dtype) for b in buckets]
+            for b, bucket in enumerate(buckets):
+                fill_from(params[b], old["params"][b], bucket, len(files), rank, source)
+    out = {"optimizer": {"state": {b: entry for b, entry in state.items() if entry}, "param_groups": groups}}
+    return {**out, "params": params} if params is not None else out
+
+
+def _recut_state(new: dict, entry: dict, bucket: Bucket, old_world: int, rank: int, source: int) -> None:
+    for key, value in entry.items():
+        if not (torch.is_tensor(value) and value.ndim == 1):
+            new.setdefault(key, value)  # Adam's step count: the same on every rank
+            continue
+        if key not in new:  # made once, not per old file: it is a whole slice
+            new[key] = torch.zeros(bucket.shard, dtype=value.dtype)
+        fill_from(new[key], value, bucket, old_world, rank, source)
+
+
+def _read_shard(path: Path, buckets: list[Bucket]) -> dict:
+    try:
+        stored = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError) as err:
+        raise UserError(f"cannot load {path}: {str(err).splitlines()[0] if str(err) else type(err).__name__}") \
+            from None
+    if stored.get("numels") != [b.numel for b in buckets]:
+        raise UserError(f"cannot load {path}: its training.zero buckets are not this model's")
+    return stored

@@ -1,11 +1,12 @@
 """training.zero under real horovodrun, 2 ranks: one launch per backend of tests/zero_step.py.
 
 Must hold, for SGD with momentum (with clipping and two backward passes per step) and AdamW:
-zero=1 and zero=2 train as zero=0 does, to 1e-6, after two steps; their checkpointed optimizer
-state is zero=0's (zero=1: each rank's shard file, read back re-cut for one rank; zero=2: gathered
-to rank 0, unsharded); a resume from it takes the same third step;
-every rank ends with the same weights; per rank the optimizer state is half of zero=0's (and, for
-zero=2, the gradients too).
+zero=1, 2 and 3 (torch) train as zero=0 does, to 1e-6, after two steps; their checkpointed
+optimizer state is zero=0's (zero=1 and 3: each rank's shard file, read back re-cut for one rank,
+and zero=3's parameters with it; zero=2: gathered to rank 0, unsharded); a resume from it takes
+the same third step; every rank ends with the same weights (zero=3: gathered); per rank the
+optimizer state is half of zero=0's (zero=2: the gradients too; zero=3: the parameters,
+gradients and optimizer state together, 0.50x zero=0's at np=2, whose every rank holds the whole).
 """
 import json
 import subprocess
@@ -33,18 +34,22 @@ def reports(request, tmp_path_factory):
     return [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(NP)]
 
 
+def sharded_levels(report: dict, case: str) -> list[str]:
+    return [zero for zero in report[case] if zero != "0"]
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_sharded_steps_equal_the_unsharded(reports, case):
     for report in reports:
-        for zero in ("1", "2"):
+        for zero in sharded_levels(report, case):
             run = report[case][zero]
-            for what in ("weights", "optimizer_state", "resumed"):
+            for what in ("weights", "optimizer_state", "resumed", "recut_weights"):
                 assert run[what] <= TOLERANCE, (case, zero, what, run[what])
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_weights_identical_on_every_rank(reports, case):
-    for zero in ("0", "1", "2"):
+    for zero in reports[0][case]:
         assert len({report[case][zero]["digest"] for report in reports}) == 1, (case, zero)
 
 
@@ -59,6 +64,12 @@ def test_memory_halves_at_two_ranks(reports, case):
             assert ratio == pytest.approx(0.5, abs=0.01), (case, zero, ratio)
         ratio = report[case]["2"]["memory"]["grad_bytes"] / plain["grad_bytes"]
         assert ratio == pytest.approx(0.5, abs=0.01), (case, ratio)
+        if "3" in report[case]:  # the slices (their padding counted), against zero=0's whole copies
+            kinds = ("param_bytes", "grad_bytes", "optimizer_state_bytes")
+            memory = report[case]["3"]["memory"]
+            ratio = sum(memory[k] for k in kinds) / sum(plain[k] for k in kinds)
+            assert ratio == pytest.approx(0.5, rel=0.02), (case, ratio)
+            assert 0 < memory["gathered_peak_bytes"] < plain["param_bytes"], (case, memory)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

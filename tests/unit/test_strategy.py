@@ -18,7 +18,7 @@ MIGRATED = ("torch", "tensorflow")  # backends whose build() picks a strategy
 # A condition that names one of these chooses by mode: that belongs in a strategy.
 MODE_NAMES = re.compile(r"\.zero\b|\.compression\b|\.op\b|powersgd|adasum|fp16|\bsharded\b|\breducer\b")
 # The strategies' implementations (one mode each), beside their strategies/ modules.
-IMPLEMENTATIONS = {"zero.py", "compression.py"}
+IMPLEMENTATIONS = {"zero.py", "zero3.py", "compression.py"}
 # What is left, each with its reason; nothing else may branch on a mode.
 ALLOWED = {
     # ZeRO's per-rank shard save is still the Trainer's (a later step of issue 49 moves it)
@@ -53,6 +53,7 @@ def test_every_mode_is_listed_once_with_both_backends_modules():
     (("horovod.compression=powersgd",), "powersgd"),
     (("training.zero=1",), "zero"),
     (("training.zero=2", "horovod.compression=fp16"), "zero"),
+    (("training.zero=3",), "zero3"),
 ])
 def test_the_config_chooses_one_mode(overrides, name):
     assert strategy.strategy_name(load(*overrides)) == name
@@ -60,11 +61,12 @@ def test_the_config_chooses_one_mode(overrides, name):
 
 def test_every_mode_is_chosen_by_some_config():
     chosen = {strategy.strategy_name(load(*o)) for o in
-              [(), ("horovod.op=adasum",), ("horovod.compression=powersgd",), ("training.zero=1",)]}
+              [(), ("horovod.op=adasum",), ("horovod.compression=powersgd",), ("training.zero=1",),
+               ("training.zero=3",)]}
     assert chosen == set(strategy.STRATEGIES)
 
 
-@pytest.mark.parametrize("level", [1, 2])
+@pytest.mark.parametrize("level", [1, 2, 3])
 def test_zero_refuses_float16_loss_scaling_in_one_line(level):
     config = load(f"training.zero={level}")
     with pytest.raises(UserError) as refused:
@@ -74,7 +76,8 @@ def test_zero_refuses_float16_loss_scaling_in_one_line(level):
 
 def test_every_mode_serves_an_unscaled_loss():
     for spec in strategy.STRATEGIES.values():
-        spec.refuse(load("training.zero=1") if spec.name == "zero" else load(), False)
+        spec.refuse(load(f"training.zero={1 if spec.name == 'zero' else 3}") if spec.name.startswith("zero")
+                    else load(), False)
 
 
 def mode_branches(source: str) -> list[str]:

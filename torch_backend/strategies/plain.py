@@ -101,6 +101,18 @@ class Plain(Strategy):
         finetune.hold_state_like_root(self.optimizer)  # what rank 0 holds state for (a collective)
         hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)  # Horovod
 
+    def held_params(self) -> list[torch.Tensor]:
+        """The parameter tensors this rank holds (Backend.memory): every one, unsharded."""
+        return [p for _, p in self.parameters]
+
+    def memory_extra(self) -> dict[str, int]:
+        """What Backend.memory reports beside the parameters', gradients' and optimizer's bytes."""
+        return {}
+
+    def full_state(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The model's unsharded state by name (every rank calls it: a collective is allowed)."""
+        return model.state_dict()
+
     def held_grads(self) -> list[torch.Tensor]:
         # after a step, every trained parameter's (the next step's zero_grad frees them)
         return [p.grad for _, p in self.parameters if p.requires_grad and p.grad is not None]
