@@ -186,5 +186,13 @@ def eval_indices(num_samples: int, world_size: int, rank: int) -> np.ndarray:
 
 
 def eval_batches(num_samples: int, world_size: int, rank: int, batch_size: int) -> list[np.ndarray]:
+    """This rank's validation batches, as many as every other rank's: training.zero=3 gathers
+    the parameters inside each forward (a collective), so a rank one sample short whose samples
+    fill whole batches splits its last one in two rather than skip the gathers the others join."""
     mine = eval_indices(num_samples, world_size, rank)
-    return [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
+    batches = [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
+    most = -(-len(eval_indices(num_samples, world_size, 0)) // batch_size)  # rank 0 has the most samples
+    if len(batches) < most and batches and len(batches[-1]) > 1:
+        last = batches.pop()
+        batches += [last[:-1], last[-1:]]
+    return batches

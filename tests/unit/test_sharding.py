@@ -145,6 +145,16 @@ def test_eval_batches_keep_the_remainder():
     assert eval_batches(0, 2, 0, 4) == []
 
 
+@pytest.mark.parametrize("num_samples,world,batch", [(129, 2, 32), (64, 2, 32), (10, 3, 3), (180, 3, 16), (7, 4, 2)])
+def test_every_rank_takes_as_many_eval_batches_and_every_sample_once(num_samples, world, batch):
+    """training.zero=3's forwards are collectives: no rank may run fewer (129 at np=2, batch 32: 65 and 64)."""
+    per_rank = [eval_batches(num_samples, world, r, batch) for r in range(world)]
+    assert len({len(b) for b in per_rank}) == 1, [[len(x) for x in b] for b in per_rank]
+    taken = np.concatenate([x for b in per_rank for x in b])
+    assert sorted(taken.tolist()) == list(range(num_samples))
+    assert all(0 < len(x) <= batch for b in per_rank for x in b)
+
+
 # Elastic: (num_samples, batch_size, backward_passes, world sizes one after the other, steps
 # each world trains before the next one takes over)
 ELASTIC_CASES = [
