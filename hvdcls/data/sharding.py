@@ -7,8 +7,8 @@ samples; incomplete batches are dropped, so every rank runs the same number of s
 rank waits in an all-reduce that the others never join (Horovod's "stall" warning).
 
 Validation: no shuffling, no padding, rank r takes samples r, r+N, r+2N, ... Ranks may then
-differ by one sample, which is harmless (evaluation has no collectives inside the loop) and
-keeps the reduced accuracy exact: sum of correct over ranks / sum of counts over ranks.
+differ by one sample, which keeps the reduced accuracy exact: sum of correct over ranks / sum
+of counts over ranks; but never by a batch (training.zero=3's forwards are collectives).
 """
 from __future__ import annotations
 
