@@ -40,12 +40,13 @@ import tensorflow as tf
 from hvdcls import strategy
 from hvdcls.backend import TOP_K, EvalSums, LazyArrays, Sums, add
 from hvdcls.config import Config, worker_lr
+from hvdcls.data import device_decode
 from hvdcls.data.batches import EpochBatches
 from hvdcls.errors import UserError
 from hvdcls.files import fileio
 from hvdcls.horovod_backend import HorovodBackend
 from hvdcls.maths import powersgd
-from tf_backend import compiled, data, elastic, finetune, models, optimizers, recompute, sync_bn
+from tf_backend import compiled, data, decode, elastic, finetune, models, optimizers, recompute, sync_bn
 from tf_backend.strategies import check_count, tf_variables, variable_bytes
 from tf_backend.weights import CHECKPOINT_FILE, load_initial_weights, refresh_normalization
 
@@ -55,7 +56,8 @@ L2_ON_GRADIENT = ("sgd", "adam")
 
 
 def host_copy(variable) -> np.ndarray:
-    return np.asarray(variable.numpy(), np.float32)
+    """A variable's (or zero=3's gathered array's) host copy, as float32."""
+    return np.asarray(variable if isinstance(variable, np.ndarray) else variable.numpy(), np.float32)
 
 
 def make_optimizer(config: Config, scales: Optional[Sequence[float]] = None) -> keras.optimizers.Optimizer:
@@ -111,7 +113,10 @@ class TensorFlowBackend(HorovodBackend):
     def setup(self, config: Config, local_rank: int, threads: int) -> str:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(min(threads, 2))
-        return pick_device(config, local_rank)
+        device = pick_device(config, local_rank)
+        # data.decode: always the CPU here; gpu is one line (tf_backend/decode.py says why)
+        device_decode.resolve(config.data.decode, device.split(":")[0], decode.unsupported())
+        return device
 
     def set_threads(self, threads: int) -> bool:
         # TensorFlow sizes its pools once, when its runtime starts (before the first collective
@@ -234,14 +239,14 @@ class TensorFlowBackend(HorovodBackend):
         with tf.GradientTape() as tape:
             logits, loss, scaled = self._forward(images, labels, weight)
         if self.timed_apart or not self.strategy.reduces_in_tape:
-            grads = tape.gradient(scaled, tf_variables(self.trained))
+            grads = tape.gradient(scaled, self.strategy.sources(self.trained))
             # The mark: the watchdog's phase, and the balancer's time (timed_apart).
             marks = [self._mark_backward_done(grads)] if self.marks_allreduce_wait or self.timed_apart else []
             self.strategy.step(grads, warmup, overlapped=True)  # Horovod: the exchange, then the update
         else:
             tape = self.strategy.tape(tape)  # Horovod: the tape reduces the gradients it returns
             marks = self._marking(tape)
-            self.apply_update(tape.gradient(scaled, tf_variables(self.trained)))
+            self.apply_update(tape.gradient(scaled, self.strategy.sources(self.trained)))
         # The mark's output joins the step's, or the function would prune it.
         return self.sums(loss, logits, labels, *marks)
 
@@ -281,7 +286,7 @@ class TensorFlowBackend(HorovodBackend):
     def _local_grads_eager(self, images, labels, weight):
         with tf.GradientTape() as tape:
             logits, loss, scaled = self._forward(images, labels, weight)
-        grads = tape.gradient(scaled, tf_variables(self.trained))
+        grads = tape.gradient(scaled, self.strategy.sources(self.trained))
         return grads, self.sums(loss, logits, labels)
 
     def _apply_accumulated_eager(self, grads, warmup: bool):
@@ -408,7 +413,8 @@ class TensorFlowBackend(HorovodBackend):
         check_count(path, stored, "model", len(self.model.variables))
         self.strategy.load_state(stored, directory)  # checked before the model is: nothing half-loaded
         for i, variable in enumerate(self.model.variables):
-            variable.assign(stored[f"model/{i}"])
+            if f"model/{i}" in stored:  # (zero=3 took out its sharded variables': read on broadcast)
+                variable.assign(stored[f"model/{i}"])
         if self.ema is not None:  # a checkpoint without one: the EMA starts from its weights
             for i, (average, live) in enumerate(zip(self.ema, self.ema_sources())):
                 average.assign(stored.get(f"ema/{i}", live.numpy()))
@@ -420,7 +426,8 @@ class TensorFlowBackend(HorovodBackend):
 
     def restore(self, snapshot: dict) -> None:
         for variable, value in zip(self.model.variables, snapshot["model"]):
-            variable.assign(value)
+            if value.shape == tuple(variable.shape):  # (zero=3's storage-less ones: the strategy's slices)
+                variable.assign(value)
         self.strategy.restore(snapshot)
 
     def broadcast_state(self) -> None:
@@ -430,14 +437,15 @@ class TensorFlowBackend(HorovodBackend):
             hvd.broadcast_variables(self.ema, root_rank=0)  # Horovod: rank 0's EMA copy
 
     def weights(self) -> LazyArrays:
-        return LazyArrays({v.path: partial(host_copy, v) for v in self.model.variables})
+        # the strategy's: zero=3 gathers the sharded variables (every rank calls this)
+        return LazyArrays({path: partial(host_copy, v) for path, v in self.strategy.full_state(self.model).items()})
 
     def memory(self) -> dict[str, int]:
         # The gradients as the strategy holds them; the optimizer's per-variable slots (momentum,
         # Adam's moments), not its 0-d iteration count, learning rate or loss scale.
-        trained = self.model.trainable_variables
-        return {"param_bytes": variable_bytes(trained), "grad_bytes": self.strategy.held_grads(),
-                "optimizer_state_bytes": variable_bytes(v for v in self.optimizer.variables if len(v.shape))}
+        return {"param_bytes": self.strategy.held_params(), "grad_bytes": self.strategy.held_grads(),
+                "optimizer_state_bytes": variable_bytes(v for v in self.optimizer.variables if len(v.shape)),
+                **self.strategy.memory_extra()}
 
     def elastic_state(self, progress: dict):
         variables = tf_variables(self.model.variables) + tf_variables(self.optimizer.variables)

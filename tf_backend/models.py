@@ -5,6 +5,7 @@ Mirror: torch_backend/models.py.
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any, Callable, Sequence
 
 import keras
@@ -111,4 +112,4 @@ def custom_objects() -> dict[str, Any]:
 
 
 def count_parameters(model: keras.Model) -> int:
-    return int(sum(v.numpy().size for v in model.trainable_variables))
+    return int(sum(math.prod(v.shape) for v in model.trainable_variables))  # shapes: zero=3 frees the storage

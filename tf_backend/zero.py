@@ -44,12 +44,15 @@ IN_SHARD_FILES = "zero_shard_files"  # the checkpoint's key when every rank save
 
 class ShardedOptimizer:
     def __init__(self, variables: list, make_optimizer: Callable[[], keras.optimizers.Optimizer],
-                 level: int, fp16: bool = False, l2: float = 0.0, clip: Optional[float] = None):
+                 level: int, fp16: bool = False, l2: float = 0.0, clip: Optional[float] = None,
+                 buckets: Optional[list[Bucket]] = None):
+        """`buckets`: the plan's by default (zero=3 gives its blocks')."""
         self.variables, self.level, self.fp16, self.l2, self.clip = variables, level, fp16, l2, clip
         self.rank, self.size = hvd.rank(), hvd.size()
         self.sizes = [int(np.prod(v.shape)) for v in variables]
-        self.buckets = plan(self.sizes, self.size)
-        self.shards = [keras.Variable(np.zeros(b.shard, np.float32), name=f"{SLICE}_{i}")
+        self.buckets = buckets or plan(self.sizes, self.size)
+        # autocast off: zero=3 reads them inside a layer's call, where mixed precision would cast
+        self.shards = [keras.Variable(np.zeros(b.shard, np.float32), name=f"{SLICE}_{i}", autocast=False)
                        for i, b in enumerate(self.buckets)]
         self.local = make_optimizer()
         self.local.build(self.shards)
@@ -91,17 +94,21 @@ class ShardedOptimizer:
         weights = tf_values(self.variables)
         for bucket, shard in zip(self.buckets, self.shards):
             shard.assign(self._own(bucket, weights))  # the variables may have been set (resume)
-        if self.l2:  # as the backend's _apply: L2 on the averaged gradient
-            slices = [g + self.l2 * s.value for g, s in zip(slices, self.shards)]
-        if self.clip:
-            slices = self._clip(slices)
-        self.local.apply_gradients(zip(slices, self.shards))
+        self.step_slices(slices)
         written: list = []
         for b, (bucket, shard) in enumerate(zip(self.buckets, self.shards)):
             with tf.control_dependencies(written):  # the previous bucket is in the variables
                 flat = hvd.allgather(shard.value, name=f"zero.params.{b}")  # rank order
             written = [self._write(i, flat[offset:offset + size])
                        for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes)]
+
+    def step_slices(self, slices: list) -> None:
+        """The local optimizer's step on this rank's slices of the averaged gradients."""
+        if self.l2:  # as the backend's _apply: L2 on the averaged gradient
+            slices = [g + self.l2 * s.value for g, s in zip(slices, self.shards)]
+        if self.clip:
+            slices = self._clip(slices)
+        self.local.apply_gradients(zip(slices, self.shards))
 
     def _write(self, i: int, flat: tf.Tensor):
         v = self.variables[i]
@@ -134,7 +141,7 @@ class ShardedOptimizer:
         """Gradients held per step (Backend.memory): zero=2 the slices only; zero=1 the local
         gradients and the averaged slices."""
         sliced = 4 * sum(b.shard for b in self.buckets)
-        return sliced if self.level == 2 else sliced + sum(
+        return sliced if self.level >= 2 else sliced + sum(
             n * tf.as_dtype(v.dtype).size for n, v in zip(self.sizes, self.variables))
 
     # The checkpoint's (unsharded) layout: the 0-d variables, then per variable its slots.
@@ -156,13 +163,18 @@ class ShardedOptimizer:
         arrays += [per_param[(i, k)] for i in range(len(self.variables)) for k in range(len(self.kinds))]
         self.gathered = arrays if self.rank == 0 else None  # only rank 0 saves: no copy kept elsewhere
 
-    def write_shard(self, directory: Path) -> None:
-        """This rank's slices (the local optimizer's variables) to its file in `directory`."""
+    def shard_arrays(self) -> dict[str, np.ndarray | Callable[[], np.ndarray]]:
+        """What write_shard() writes, by name (`slot/B/K` and `param/B`: slices of bucket B)."""
         arrays: dict[str, np.ndarray | Callable[[], np.ndarray]] = {
             "numels": np.array([b.numel for b in self.buckets], np.int64)}
         arrays.update({f"scalar/{i}": v.numpy for i, v in enumerate(self.local.variables[:self.scalars])})
         arrays.update({f"slot/{b}/{k}": self.slot(b, k).numpy  # one host copy at a time
                        for b in range(len(self.buckets)) for k in range(len(self.kinds))})
+        return arrays
+
+    def write_shard(self, directory: Path) -> None:
+        """This rank's slices (the local optimizer's variables) to its file in `directory`."""
+        arrays = self.shard_arrays()
         final = directory / shard_file_name(self.rank, self.size, SHARD_SUFFIX)
         tmp = final.with_name(f".{final.name}.tmp")
         with fileio.large_output(tmp) as handle:
@@ -183,7 +195,7 @@ class ShardedOptimizer:
         for source, path in enumerate(files):
             old = self._read_shard(path, buckets)
             for name, value in old.items():
-                if not name.startswith("slot/"):
+                if not name.startswith(("slot/", "param/")):
                     out.setdefault(name, value)  # the iteration count: the same on every rank
                     continue
                 bucket = buckets[int(name.split("/")[1])]
@@ -215,6 +227,9 @@ class ShardedOptimizer:
         errors = [e for e in hvd.allgather_object(error, name="zero.shards_read") if e]
         if errors:
             raise UserError(errors[0])
+        self.assign_shard_arrays(arrays)
+
+    def assign_shard_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         for i, v in enumerate(self.local.variables[:self.scalars]):
             v.assign(arrays[f"scalar/{i}"])
         for b in range(len(self.buckets)):

@@ -8,32 +8,39 @@ training device (TorchBackend.to_device).
 """
 from __future__ import annotations
 
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence, Union
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from hvdcls.data import device_decode
 from hvdcls.data.batches import EpochBatches
+from hvdcls.data.device_decode import EncodedBatch
 from torch_backend.models import to_channels_first
 
 
 class BatchDataset(Dataset):
     """Item k is the whole batch k, assembled inside a worker (uint8 pixels where asked and
-    the batches allow it: EpochBatches.uint8_ok)."""
+    the batches allow it: EpochBatches.uint8_ok); with `encoded` (data.decode on the device,
+    hvdcls.data.device_decode.possible), its JPEGs' bytes and the core's choices for them."""
 
-    def __init__(self, batches: EpochBatches, uint8: bool = False):
-        self.batches, self.uint8 = batches, uint8
+    def __init__(self, batches: EpochBatches, uint8: bool = False, encoded: bool = False):
+        self.batches, self.uint8, self.encoded = batches, uint8, encoded
 
     def __len__(self) -> int:
         return len(self.batches)
 
-    def __getitem__(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def __getitem__(self, k: int) -> tuple[Union[torch.Tensor, EncodedBatch], torch.Tensor]:
+        if self.encoded:  # decoded by the training process (torch_backend/decode.py)
+            batch, labels = device_decode.encode(self.batches, k)
+            return batch, torch.from_numpy(labels)
         images, labels = self.batches.read(k, self.uint8) if self.uint8 else self.batches[k]
         return to_channels_first(torch.from_numpy(images)), torch.from_numpy(labels)
 
 
-def loader(batches: EpochBatches, workers: int, pin_memory: bool = False, uint8: bool = False) -> DataLoader:
-    return DataLoader(BatchDataset(batches, uint8), batch_size=None, shuffle=False, num_workers=workers,
+def loader(batches: EpochBatches, workers: int, pin_memory: bool = False, uint8: bool = False,
+           encoded: bool = False) -> DataLoader:
+    return DataLoader(BatchDataset(batches, uint8, encoded), batch_size=None, shuffle=False, num_workers=workers,
                       pin_memory=pin_memory, prefetch_factor=2 if workers else None)
 
 

@@ -79,6 +79,7 @@ def validate(config: Config) -> None:
             _check(key, value, lambda v: v >= 0, "must be >= 0 (or null)")
     _validate_lr(config.optimizer, config.training)
     _validate_data(config.data)
+    _validate_decode(config)
     _validate_vit(config)
     _validate_stall(config.horovod)
     _validate_schedule(config.schedule, config.training.epochs)
@@ -344,6 +345,27 @@ def _validate_data(data: DataConfig) -> None:
         raise UserError(f"config data.augment.magnitude={aug.magnitude}: must be in [0, 30]")
     if not 1 <= aug.num_ops <= 14:
         raise UserError(f"config data.augment.num_ops={aug.num_ops}: must be in [1, 14]")
+
+
+def _validate_decode(config: Config) -> None:
+    """data.decode=gpu: what the device path cannot do, refused before any work (the rest, a
+    rank without a CUDA device or a backend that cannot, is the backend's setup's to refuse)."""
+    data = config.data
+    if data.decode != "gpu":
+        return
+    if config.training.device == "cpu":
+        raise UserError("config data.decode=gpu with training.device=cpu: decoding on the GPU needs "
+                        "training.device=cuda (or auto with a GPU)")
+    aug = data.augment
+    on_pixels = [f"{key}={value}" for key, value, used in (
+        ("data.augment.preset", aug.preset, aug.preset == "small"),
+        ("data.augment.policy", aug.policy, aug.policy != "none"),
+        ("data.augment.random_erase", aug.random_erase, aug.random_erase > 0),
+        ("data.mixup_alpha", data.mixup_alpha, data.mixup_alpha > 0),
+        ("data.cutmix_alpha", data.cutmix_alpha, data.cutmix_alpha > 0)) if used]
+    if on_pixels:
+        raise UserError(f"config data.decode=gpu with {', '.join(on_pixels)}: that augmentation runs on "
+                        "the decoded pixels in the loader workers; use data.decode=auto or cpu")
 
 
 def _validate_stall(horovod: HorovodConfig) -> None:

@@ -70,6 +70,10 @@ class DataConfig:
     # loader workers per rank (0: read in the training process), or auto: from the measured
     # load and step times after the first epoch (hvdcls.data.workers)
     workers: Union[int, str] = 2
+    # Where JPEGs are decoded: cpu (the loader workers), gpu (the training device, torch with
+    # training.device=cuda: hvdcls.data.device_decode), auto (gpu where torch trains on CUDA and
+    # torchvision decodes there, else cpu)
+    decode: Literal["auto", "cpu", "gpu"] = "auto"
     mean: List[float] = field(default_factory=lambda: list(IMAGENET_MEAN))
     std: List[float] = field(default_factory=lambda: list(IMAGENET_STD))
     # An image file that cannot be decoded: fail (exit 2 naming it) or skip (warn once, count it

@@ -105,8 +105,12 @@ class LMDBSource(LabelledSource):
             raise UserError(f"{self.path} has no record {record_key(self.split, int(index)).decode()}")
         return value
 
+    def encoded(self, index: int) -> bytes:
+        """The image file's original bytes (for decoding elsewhere: hvdcls.data.device_decode)."""
+        return self._record(index)[LABEL.size:]
+
     def image(self, index: int, draft=None):
-        return open_image_bytes(self._record(index)[LABEL.size:], f"{self.path}:{self.split}/{index}", draft)
+        return open_image_bytes(self.encoded(index), f"{self.path}:{self.split}/{index}", draft)
 
 
 _ENVS: dict[tuple[str, int], Any] = {}  # lmdb.Environment

@@ -128,6 +128,15 @@ class Preprocess:
             crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         return apply_policy(aug.policy, crop, rng, aug.num_ops, aug.magnitude)
 
+    def device_ok(self, train: bool) -> bool:
+        """Whether a sample's preprocessing is only the crop, the resize and the flip, which a
+        backend can apply on its device to an image it decoded there (data.decode=gpu:
+        hvdcls.data.device_decode): evaluation's centre crop, or a training crop without the
+        small preset's pad, a policy or random erasing."""
+        if not train:
+            return True
+        return self.geometry != "small" and self.config.augment.policy == "none" and not self.floats_only(train)
+
     def floats_only(self, train: bool) -> bool:
         """Whether a sample needs float work after normalising (random erasing of a training
         crop), so that it cannot be handed over as uint8 pixels (Plan.finish)."""
@@ -177,6 +186,14 @@ class Plan:
         # the whole image at the scale where the box's sides are image_size (never above full)
         return (min(width, math.ceil(width * side / max(1, right - left))),
                 min(height, math.ceil(height * side / max(1, bottom - top))))
+
+    def device_flip(self) -> bool:
+        """After `draft`, for a sample that is device_ok: whether it is mirrored, drawn as
+        Preprocess.augment_pixels draws it (the one draw after the box)."""
+        if not self.train:
+            return False
+        assert self.rng is not None
+        return bool(self.rng.random() < hflip_probability(self.preprocess.config, self.preprocess.geometry))
 
     def finish(self, image: Image.Image, uint8: bool = False) -> np.ndarray:
         """The sample as float32 normalised HWC, or with `uint8` (where Preprocess.floats_only

@@ -29,3 +29,15 @@ def check_count(path, stored: dict, prefix: str, count: int) -> None:
     if len(names) != count:
         raise UserError(f"cannot load {path}: it holds {len(names)} {prefix} variables, "
                         f"the configured {prefix} has {count}")
+
+
+SHARDED_PARAMETERS = "zero3"  # a checkpoint's key where training.zero=3 left its parameters in shard files
+
+
+def refuse_sharded_parameters(path, stored: dict) -> None:
+    """A checkpoint whose parameters are in training.zero=3's per-rank shard files: one line."""
+    from hvdcls.errors import UserError
+
+    if SHARDED_PARAMETERS in stored:
+        raise UserError(f"cannot load {path}: its parameters are in training.zero=3's per-rank shard files; "
+                        "resume it with training.zero=3")

@@ -21,7 +21,7 @@ from hvdcls.errors import UserError
 from hvdcls.maths import powersgd
 from hvdcls.strategy import Strategy
 from tf_backend import finetune, zero
-from tf_backend.strategies import check_count, tf_variables, variable_bytes
+from tf_backend.strategies import check_count, refuse_sharded_parameters, tf_variables, variable_bytes
 from tf_backend.weights import CHECKPOINT_FILE
 
 MakeOptimizer = Callable[..., keras.optimizers.Optimizer]  # (scales=None) -> a Keras optimizer
@@ -76,6 +76,7 @@ class Plain(Strategy):
 
     def load_state(self, state: dict, directory: Path) -> None:
         path = directory / CHECKPOINT_FILE
+        refuse_sharded_parameters(path, state)
         if zero.IN_SHARD_FILES in state:
             raise UserError(f"cannot load {path}: its optimizer state is in training.zero's per-rank shard "
                             "files; resume it with training.zero=1 or 2")
@@ -95,6 +96,22 @@ class Plain(Strategy):
 
     def broadcast_state(self) -> None:
         hvd.broadcast_variables(tf_variables(self.optimizer.variables), root_rank=0)  # Horovod
+
+    def sources(self, trained: list) -> list:
+        """What the compiled step differentiates, given the variables trained now."""
+        return tf_variables(trained)
+
+    def held_params(self) -> int:
+        """The parameters' bytes this rank holds (Backend.memory): every one, unsharded."""
+        return variable_bytes(self.variables)
+
+    def memory_extra(self) -> dict[str, int]:
+        """What Backend.memory reports beside the parameters', gradients' and optimizer's bytes."""
+        return {}
+
+    def full_state(self, model: keras.Model) -> dict[str, Any]:
+        """The model's unsharded variables by path (every rank calls it: a collective is allowed)."""
+        return {v.path: v for v in model.variables}
 
     def held_grads(self) -> int:
         # Gradients live only inside the compiled step, one per trained variable, of its shape

@@ -14,7 +14,7 @@ import numpy as np
 
 from hvdcls.config import Config
 from tf_backend import zero
-from tf_backend.strategies import check_count
+from tf_backend.strategies import check_count, refuse_sharded_parameters
 from tf_backend.strategies.plain import MakeOptimizer, Plain
 from tf_backend.weights import CHECKPOINT_FILE
 
@@ -46,6 +46,7 @@ class Zero(Plain):
     def load_state(self, state: dict, directory: Path) -> None:
         """The checkpoint holds the unsharded optimizer's variables, cut on broadcast, or says
         that each rank's slices are in its shard file beside it."""
+        refuse_sharded_parameters(directory / CHECKPOINT_FILE, state)
         if zero.IN_SHARD_FILES in state:
             check_count(directory / CHECKPOINT_FILE, state, "optimizer", 0)
             self.sharded.load_shards_from(directory)
