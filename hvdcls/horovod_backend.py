@@ -94,7 +94,9 @@ class HorovodBackend(Backend):
     # -- the contract, implemented once --
 
     def init(self, config: Config) -> Context:
-        self.hvd.init()  # Horovod: start the background thread and learn rank and size
+        # Horovod: start the background thread and learn rank and size; parallel.tensor makes
+        # its process sets once the size is known (every rank the same, in one order)
+        self.hvd.init(**({"process_sets": "dynamic"} if config.parallel.tensor > 1 else {}))
         self.threads = threads_per_process(config, self.hvd.local_size())
         self.device = self.setup(config, self.hvd.local_rank(), self.threads)
         return self.context()

@@ -22,14 +22,12 @@ import torch.nn.functional as F
 from hvdcls import strategy
 from hvdcls.backend import TOP_K, EvalSums, LazyArrays, Sums, add
 from hvdcls.config import Config, worker_lr
-from hvdcls.data import device_decode
 from hvdcls.data.batches import EpochBatches, LoaderWait
-from hvdcls.data.device_decode import EncodedBatch
 from hvdcls.errors import UserError
 from hvdcls.files import fileio
 from hvdcls.horovod_backend import HorovodBackend, waits_asleep
 from hvdcls.maths import powersgd
-from torch_backend import compiled, data, decode, elastic, finetune, models, optimizers, recompute
+from torch_backend import compiled, data, elastic, finetune, models, optimizers, recompute, tensor_parallel
 from torch_backend.sync_bn import SyncBatchNorm
 from torch_backend.weights import CHECKPOINT_FILE, load_initial_weights
 
@@ -91,16 +89,14 @@ class TorchBackend(HorovodBackend):
     strategy: Any  # hvdcls.strategy: the reduction mode (torch_backend/strategies/), chosen in build
     ema: Optional[dict[str, torch.Tensor]]
     pixel_norm: tuple[list[float], list[float]]  # data.mean, data.std: the loader's uint8 batches, normalised
-    decode_on_device = False  # data.decode resolved (setup): the workers hand over the JPEGs' bytes
+    tensor: Optional[tensor_parallel.TensorParallel] = None  # parallel.tensor > 1: this rank's place
 
     def __init__(self):
         super().__init__(hvd, {"torch": torch.__version__, "torchvision": installed_version("torchvision")})
 
     def setup(self, config: Config, local_rank: int, threads: int) -> torch.device:
         torch.set_num_threads(threads)
-        device = pick_device(config, local_rank)
-        self.decode_on_device = device_decode.resolve(config.data.decode, device.type, decode.unsupported())
-        return device
+        return pick_device(config, local_rank)
 
     def set_threads(self, threads: int) -> bool:
         torch.set_num_threads(threads)  # torch's pool takes a new size at any time
@@ -119,6 +115,8 @@ class TorchBackend(HorovodBackend):
         # collective in build) every rank; the broadcast below makes the ranks alike.
         loaded = load_initial_weights(model, config, hvd.rank(),
                                       None if config.training.elastic else self.broadcast_object)
+        # parallel.tensor: every rank takes rank 0's whole model, then keeps its slices of the blocks
+        model, self.tensor = tensor_parallel.build(model, config)
         if config.training.activation_checkpointing:
             model = recompute.enable(model, config.model.name)
         if hv.sync_bn:
@@ -146,7 +144,8 @@ class TorchBackend(HorovodBackend):
         # the reduction mode: its optimizer, exchange, step and state (every rank reduces every
         # parameter; zero=3 keeps a slice of each and takes the whole ones off the model)
         self.strategy = chosen(self, config, list(self.model.named_parameters()), groups,
-                               lambda params: make_optimizer(params, config))
+                               lambda params: make_optimizer(params, config),
+                               **({"replicas": self.tensor} if self.tensor else {}))
         self.optimizer, self.counter = self.strategy.optimizer, self.strategy.counter
         self.ema = None
         # training.freeze_epochs: frozen from the start (the range test sweeps that phase), before
@@ -166,22 +165,18 @@ class TorchBackend(HorovodBackend):
                             "backward_passes_per_step": hv.backward_passes_per_step}}
 
     def loader(self, batches: EpochBatches, workers: int):
-        # uint8 pixels from the workers, normalised on the device (to_device); with data.decode
-        # on the device, the JPEGs' bytes and the core's choices, decoded there (to_device)
+        # uint8 pixels from the workers, normalised on the device (to_device)
         uint8 = isinstance(batches, EpochBatches) and batches.uint8_ok
         if uint8:
             self.pixel_norm = (batches.preprocess.config.mean, batches.preprocess.config.std)
-        encoded = uint8 and self.decode_on_device and device_decode.possible(batches)
-        return data.loader(batches, workers, pin_memory=self.device.type == "cuda", uint8=uint8, encoded=encoded)
+        return data.loader(batches, workers, pin_memory=self.device.type == "cuda", uint8=uint8)
 
     def loader_worker(self, loader: LoaderWait, batches: EpochBatches) -> Optional[str]:
         return data.waited_worker(loader.iterator) or super().loader_worker(loader, batches)
 
     def to_device(self, images: torch.Tensor) -> torch.Tensor:
         """Images on the device, normalised there when the loader handed over uint8 pixels,
-        NHWC in memory when training.channels_last; JPEGs handed over encoded, decoded there."""
-        if isinstance(images, EncodedBatch):
-            images = decode.decode(images, self.device)
+        NHWC in memory when training.channels_last."""
         if images.dtype == torch.uint8:
             images = data.normalise(images.to(self.device), *self.pixel_norm)
         return images.to(self.device, memory_format=self.memory_format)
@@ -317,10 +312,17 @@ class TorchBackend(HorovodBackend):
         self.scaler.load_state_dict(snapshot["scaler"])
 
     def broadcast_state(self) -> None:
-        hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)  # Horovod
+        self.broadcast_tensors(list(self.model.state_dict().items()))
         self.strategy.broadcast_state()  # Horovod: the optimizer's state (ZeRO: each rank its slices)
         if self.ema is not None:  # Horovod: rank 0's EMA copy
-            hvd.broadcast_parameters([(f"ema.{n}", t) for n, t in self.ema.items()], root_rank=0)
+            self.broadcast_tensors([(f"ema.{n}", t) for n, t in self.ema.items()])
+
+    def broadcast_tensors(self, named: list[tuple[str, torch.Tensor]]) -> None:
+        """Rank 0's; parallel.tensor: replica 0's, each rank's from the one holding its slices."""
+        if self.tensor:
+            self.tensor.broadcast(named)
+        else:
+            hvd.broadcast_parameters(named, root_rank=0)  # Horovod
 
     def weights(self) -> LazyArrays:
         # the strategy's: zero=3 gathers the sharded parameters (every rank calls this)

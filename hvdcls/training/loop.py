@@ -28,6 +28,7 @@ from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
 from hvdcls.data.workers import LoaderWorkers
 from hvdcls.files import status_file
+from hvdcls.maths.tensor_parallel import Layout
 from hvdcls.observe.classification import RunningMetrics, write_outputs
 from hvdcls.observe.monitor import EpochRecord, LossReads, Monitor, RunInfo, StepSample
 from hvdcls.training import balance, callbacks, checkpoint, ema, faults, schedule
@@ -146,7 +147,11 @@ class Trainer:
         self.passes = config.horovod.backward_passes_per_step
         balancing = balance.settings(config, ctx.size, ctx.device.startswith("cuda"))
         shards = TrainShards if balancing.mode == "off" else BalancedShards
-        self.shards = shards(len(data.train), ctx.size, ctx.rank, config.training.batch_size,
+        # parallel.tensor: the T ranks of a replica read the same batches, so the data is dealt
+        # over the replicas (np / T) and each replica's first rank alone counts its metrics
+        self.layout = Layout(ctx.size, config.parallel.tensor)
+        self.replicas, self.replica = self.layout.replicas, self.layout.replica(ctx.rank)
+        self.shards = shards(len(data.train), self.replicas, self.replica, config.training.batch_size,
                              self.passes, config.training.seed, sampler_weights(config, data))  # a plain run's batches
         # An elastic attempt's batches come from ElasticShards (hvdcls.training.elastic): no
         # wrap-around padding, so an epoch may have fewer steps (959 images, 3 ranks, batch 32:
@@ -165,7 +170,7 @@ class Trainer:
         # the run's.
         self.step_origin = 0
         self.warned_unshared = False  # training.zero: said once that shards cannot be saved per rank
-        self.lr_at = schedule.build(config.optimizer, config.schedule, world_size=ctx.size,
+        self.lr_at = schedule.build(config.optimizer, config.schedule, world_size=self.replicas,
                                     backward_passes=self.passes,
                                     steps_per_epoch=self.steps_per_epoch,
                                     epochs=config.training.epochs,
@@ -174,7 +179,7 @@ class Trainer:
         self.mix = BatchMix(config.data, data.num_classes, config.training.seed)
         self.workers = LoaderWorkers(config.data.workers, ctx.local_size, self.passes)
         # Every rank trains the same number of full steps, so images per step are known exactly.
-        self.images_per_step = config.training.batch_size * self.passes * ctx.size
+        self.images_per_step = config.training.batch_size * self.passes * self.replicas
         self.ema = ema.schedule_for(config, self.images_per_step)  # None: no model EMA
         self.first_epoch = 0
         self.faults = faults.StepHooks.read(ctx.rank)  # test hooks, read once; inert outside tests
@@ -229,7 +234,7 @@ class Trainer:
         seconds = tally.seconds()
         times.close(sent_bytes(self.backend))
         self.phases.enter(EPOCH_COLLECTIVES)
-        reduced = self.backend.allreduce_sum(as_floats(tally.total), f"train_metrics.{epoch}")
+        reduced = self.sum_counted(as_floats(tally.total), f"train_metrics.{epoch}")
         return Reduced.from_sums(reduced), seconds, tally.lr, times
 
     def run_balanced(self, epoch: int, lr_at: Callable[[int], float], times: EpochTimes) -> Tally:
@@ -323,7 +328,7 @@ class Trainer:
     def evaluate(self) -> Reduced:
         """Validation on this rank's shard, reduced exactly: sum(correct) / sum(count)."""
         val = self.data.val
-        indices = eval_batches(len(val), self.ctx.size, self.ctx.rank, self.config.training.batch_size)
+        indices = eval_batches(len(val), self.replicas, self.replica, self.config.training.batch_size)
         batches = EpochBatches(val, indices, self.preprocess, 0, train=False)
         total = None
         self.phases.enter(EVALUATING)
@@ -332,7 +337,13 @@ class Trainer:
             self.phases.beat()
         self.phases.enter(EPOCH_COLLECTIVES)
         sums = eval_floats(total, self.data.num_classes)
-        return Reduced.from_sums(self.backend.allreduce_sum(sums, "val_metrics"))
+        return Reduced.from_sums(self.sum_counted(sums, "val_metrics"))
+
+    def sum_counted(self, values: list[float], name: str) -> list[float]:
+        """Metric sums over the ranks, each replica's counted once (parallel.tensor: its T ranks
+        computed the same ones)."""
+        counted = self.layout.tensor_rank(self.ctx.rank) == 0
+        return self.backend.allreduce_sum(values if counted else [0.0] * len(values), name)
 
     def write_evaluation(self, val: Reduced, weights: str, epoch: int, extra: Optional[dict] = None) -> None:
         """Rank 0: the run's last validation as evaluation.json, confusion_matrix.csv and .png

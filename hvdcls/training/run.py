@@ -202,7 +202,8 @@ def weights_line(config: cfg.Config, loaded: Optional[dict]) -> str:
 def lr_line(job: Job, ctx: Context) -> str:
     """'lr 0.4 per256 (0.05 a step)', and how it was chosen when the range test chose it."""
     opt = job.config.optimizer
-    step = cfg.peak_lr(opt, ctx.size, job.config.horovod.backward_passes_per_step,
+    replicas = ctx.size // job.config.parallel.tensor  # parallel.tensor: a replica's T ranks read one batch
+    step = cfg.peak_lr(opt, replicas, job.config.horovod.backward_passes_per_step,
                        job.config.training.batch_size)
     line = f"lr {cfg.numeric_lr(opt):.4g} {opt.scale_lr} ({step:.4g} a step)"
     if job.lr_find is not None and job.lr_find.get("resumed"):

@@ -20,8 +20,8 @@ def block_state(hidden=8, mlp=16, seed=0) -> dict:
               "ln_2.weight": (hidden,), "ln_2.bias": (hidden,), "mlp.0.weight": (mlp, hidden), "mlp.0.bias": (mlp,),
               "mlp.3.weight": (hidden, mlp), "mlp.3.bias": (hidden,)}
     state = {BLOCK + k: rng.standard_normal(s) for k, s in shapes.items()}
-    state.update({"class_token": rng.standard_normal((1, 1, hidden)),
-                  "heads.head.weight": rng.standard_normal((3, hidden)), "encoder.ln.weight": rng.standard_normal(hidden)})
+    state.update({"class_token": rng.standard_normal((1, 1, hidden)), "encoder.ln.weight": rng.standard_normal(hidden),
+                  "heads.head.weight": rng.standard_normal((3, hidden))})
     return state
 
 

@@ -3,7 +3,8 @@ in float16 on the wire), its backward hooks starting each all-reduce as soon as 
 exists; the step waits for them, unscales, clips and steps.
 
 Mirror: tf_backend/strategies/plain.py. The parameters it reduces are the ones it is given
-(`parameters`), over every rank (hvdcls.strategy: a data-parallel strategy composes).
+(`parameters`), over every rank, or under parallel.tensor over the ranks holding the same slices
+(`replicas`; hvdcls.strategy: a data-parallel strategy composes).
 """
 from __future__ import annotations
 
@@ -32,11 +33,13 @@ class Plain(Strategy):
     op = hvd.Average
 
     def __init__(self, host: Any, config: Config, parameters: list[tuple[str, torch.nn.Parameter]],
-                 groups: list, make_optimizer: MakeOptimizer):
+                 groups: list, make_optimizer: MakeOptimizer, replicas: Any = None):
         """`host`: the backend (its model, scaler, clipping and the watchdog's mark); `parameters`:
-        the named parameters reduced; `groups`: the optimizer's parameter groups (layer_decay)."""
+        the named parameters reduced; `groups`: the optimizer's parameter groups (layer_decay);
+        `replicas`: parallel.tensor's TensorParallel (torch_backend/tensor_parallel.py), whose
+        data-parallel set it averages over; None: every rank."""
         hv = config.horovod
-        self.host, self.parameters = host, parameters
+        self.host, self.parameters, self.replicas = host, parameters, replicas
         shapes = [tuple(p.shape) for _, p in parameters if p.requires_grad]
         self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
         self.step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
@@ -48,7 +51,8 @@ class Plain(Strategy):
         return hvd.DistributedOptimizer(
             make_optimizer(groups), named_parameters=self.parameters,
             compression=hvd.Compression.fp16 if hv.compression == "fp16" else hvd.Compression.none,
-            op=self.op, backward_passes_per_step=hv.backward_passes_per_step)
+            op=self.op, backward_passes_per_step=hv.backward_passes_per_step,
+            process_set=self.replicas.data_set if self.replicas else hvd.global_process_set)
 
     def begin(self, passes: int) -> None:
         self.optimizer.zero_grad()
@@ -98,8 +102,26 @@ class Plain(Strategy):
         vars(self.counter).update(vars(snapshot["counter"]))  # the reducer's counter too: one object
 
     def broadcast_state(self) -> None:
+        if self.replicas:
+            self._broadcast_over_replicas()
+            return
         finetune.hold_state_like_root(self.optimizer)  # what rank 0 holds state for (a collective)
         hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)  # Horovod
+
+    def _broadcast_over_replicas(self) -> None:
+        """parallel.tensor: what hvd.broadcast_optimizer_state does, over the ranks holding this
+        rank's slices, from replica 0's: a fresh optimizer's state made first as Horovod makes it
+        (a step of the inner optimizer on zero gradients), so that a step then is one process's."""
+        optimizer = self.optimizer
+        if not optimizer.state:
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if p.requires_grad:
+                        p.grad = torch.zeros_like(p)
+            inner: Any = type(optimizer).__bases__[0]  # Horovod's class derives from the optimizer's
+            inner.step(optimizer)  # its own step: no all-reduce
+        self.replicas.broadcast([(f"optimizer.{i}.{key}", value) for i, state in enumerate(optimizer.state.values())
+                                 for key, value in state.items() if torch.is_tensor(value) and value.ndim > 0])
 
     def held_params(self) -> list[torch.Tensor]:
         """The parameter tensors this rank holds (Backend.memory): every one, unsharded."""
@@ -110,8 +132,10 @@ class Plain(Strategy):
         return {}
 
     def full_state(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """The model's unsharded state by name (every rank calls it: a collective is allowed)."""
-        return model.state_dict()
+        """The model's unsharded state by name (every rank calls it: a collective is allowed);
+        parallel.tensor: its slices gathered into torchvision's layout (over the tensor group)."""
+        state = model.state_dict()
+        return self.replicas.gather(state) if self.replicas else state
 
     def held_grads(self) -> list[torch.Tensor]:
         # after a step, every trained parameter's (the next step's zero_grad frees them)

@@ -1,0 +1,64 @@
+"""parallel.tensor under real horovodrun: one launch of tests/tensor_step.py (np=2, T=2, one
+replica) that several tests read, and one single process refused before it trains.
+
+Must hold, for SGD with momentum and AdamW, over three steps of a small ViT: every step's loss at
+T=2 is one process's (T=1) to 1e-5; so are the weights after them, gathered into torchvision's
+layout, all but the attention's key biases, whose true gradient is zero (the softmax ignores a
+constant added to every key): what rounding leaves there, AdamW divides by its own size, so
+those move by up to lr a step either way (SGD: to 1e-5 too); both ranks gather the same
+weights; each rank holds half the blocks' parameter bytes (the LayerNorms and the row-split
+layers' biases stay whole: 0.506 at this width).
+"""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hvdcls.launching import launch
+from tests.parallel.test_train import DIGITS, NP, REPO
+from tests.tensor_step import CASES, STEPS
+
+pytestmark = pytest.mark.parallel
+TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tensor")
+    cmd, env = launch.local_job("horovodrun", NP, [sys.executable, "-m", "tests.tensor_step", str(out)])
+    result = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    return [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(NP)]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_split_steps_equal_one_process(reports, case):
+    for report in reports:
+        run = report[case]
+        assert run["losses"]["2"] == pytest.approx(run["losses"]["1"], abs=TOLERANCE), run["losses"]
+        assert run["weights"] <= TOLERANCE, (case, run["weights"])
+        key_bias = TOLERANCE if case.startswith("sgd") else STEPS * run["lr"]
+        assert run["key_bias"] <= key_bias, (case, run["key_bias"])
+
+
+def test_ranks_gather_the_same_weights(reports):
+    assert reports[0] == reports[1]
+
+
+def test_each_rank_holds_half_the_blocks(reports):
+    for report in reports:
+        for case in CASES:
+            held = report[case]["block_bytes"]
+            assert held["2"] / held["1"] == pytest.approx(0.5, abs=0.01), (case, held)
+
+
+def test_ranks_it_does_not_divide_exit_2_in_one_line(tmp_path):
+    command = launch.hvdcls_command("train", "--backend", "torch", "--config", DIGITS, "--output-dir",
+                                    str(tmp_path / "run"), "model.name=vit_b_16", "parallel.tensor=2")
+    result = subprocess.run(command, env=launch.single_host_env(), capture_output=True, text=True, timeout=120,
+                            cwd=tmp_path)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("hvdcls: error:")]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
+    assert "does not divide the 1 ranks" in lines[0] and "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()

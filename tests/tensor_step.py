@@ -1,0 +1,100 @@
+"""Run under horovodrun -np 2 by tests/parallel/test_tensor_parallel.py: parallel.tensor=2 (one
+replica of two ranks) against one process's model (parallel.tensor=1, both ranks the same
+batches, so that averaging over them changes nothing), in one launch.
+
+    python -m tests.tensor_step OUT_DIR   (on every rank)
+
+Per optimizer, a small torchvision ViT (VIT_TEST: 2 blocks, 4 heads, width 64, 16 px, patch 4)
+is built from one seed at T=2 and at T=1 and takes STEPS steps on the same batches (torchvision's
+head starts at zero: the blocks learn from the second step on). Writes OUT_DIR/rank-N.json: per
+case each step's loss at both, the largest difference of the weights after the steps (T=2's
+gathered into torchvision's layout), and the blocks' parameter bytes this rank holds at both.
+"""
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from hvdcls import config as cfg
+from hvdcls import models, registry
+
+os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"  # before the first hvd.init(): T=1 may come first
+VIT_TEST = "vit_test_4"
+models.VIT[VIT_TEST] = models.ViT(4, 64, 2, 4, 128)  # patch, hidden, layers, heads, mlp
+SIDE, CLASSES, BATCH, STEPS = 16, 10, 8, 3
+CASES = {  # name: (overrides, lr)
+    "sgd_momentum": (["optimizer.name=sgd", "optimizer.momentum=0.9", "optimizer.weight_decay=1e-4"], 0.1),
+    "adamw": (["optimizer.name=adamw", "optimizer.weight_decay=0.05"], 1e-3),
+}
+
+
+def build(overrides: list, tensor: int):
+    config = cfg.load(overrides=[f"model.name={VIT_TEST}", f"training.batch_size={BATCH}", f"data.image_size={SIDE}",
+                                 f"parallel.tensor={tensor}", *overrides])
+    backend = registry.create_backend("torch")
+    ctx = backend.init(config)
+    backend.seed(0)
+    backend.build(config, CLASSES)
+    return backend, ctx
+
+
+def batch(backend, step: int) -> list:
+    rng = np.random.default_rng(100 + step)  # every rank the same batch
+    return list(backend.loader([(rng.standard_normal((BATCH, SIDE, SIDE, 3)).astype(np.float32),
+                                 rng.integers(0, CLASSES, BATCH).astype(np.int64))], 0))
+
+
+def whole_weights(backend) -> dict:
+    state = backend.model.state_dict()
+    if backend.tensor is not None:
+        state = backend.tensor.gather(state)
+    return {k: v.detach().numpy().astype(np.float64) for k, v in state.items()}
+
+
+def block_bytes(backend) -> int:
+    return sum(p.numel() * p.element_size() for n, p in backend.model.named_parameters()
+               if n.startswith("encoder.layers."))
+
+
+def run(overrides: list, lr: float, tensor: int) -> dict:
+    backend, ctx = build(overrides, tensor)
+    losses = []
+    for step in range(STEPS):
+        sums = backend.train_step(batch(backend, step), lr)
+        losses.append(float(sums.loss) / float(sums.count))
+    return {"losses": losses, "weights": whole_weights(backend), "block_bytes": block_bytes(backend),
+            "rank": ctx.rank}
+
+
+def differences(split: dict, whole: dict) -> tuple[float, float]:
+    """The largest difference of the weights, and apart that of the attention's key biases: the
+    softmax does not change when a key gains a constant, so their true gradient is zero and what
+    they get is rounding, which Adam divides by its own size into steps of up to lr."""
+    rest, key_bias = 0.0, 0.0
+    for key, value in whole.items():
+        diff = np.abs(split[key] - value)
+        if key.endswith("in_proj_bias"):
+            third = len(value) // 3
+            key_bias = max(key_bias, float(diff[third:2 * third].max()))
+            diff = np.concatenate([diff[:third], diff[2 * third:]])
+        rest = max(rest, float(diff.max()))
+    return rest, key_bias
+
+
+def main(out: Path) -> None:
+    report, rank = {}, 0
+    for name, (overrides, lr) in CASES.items():
+        split, whole = run(overrides, lr, 2), run(overrides, lr, 1)
+        rank = split["rank"]
+        assert list(split["weights"]) == list(whole["weights"])  # torchvision's keys, in its order
+        weights, key_bias = differences(split["weights"], whole["weights"])
+        report[name] = {"losses": {"2": split["losses"], "1": whole["losses"]}, "weights": weights,
+                        "key_bias": key_bias, "lr": lr,
+                        "block_bytes": {"2": split["block_bytes"], "1": whole["block_bytes"]}}
+    (out / f"rank-{rank}.json").write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

@@ -1,0 +1,184 @@
+"""parallel.tensor for the PyTorch backend: torchvision's ViT with each encoder block split
+Megatron-LM's way over a tensor group of T ranks (hvdcls.maths.tensor_parallel: the layout and
+which weight is cut how), the collectives over Horovod process sets.
+
+Megatron's two operators bracket each sub-layer (attention, MLP): `f` before the column-split
+layer is the identity forward and sums the input's gradient over the group backward (each rank
+saw only its heads' or units' share of it); `g` after the row-split layer sums the ranks'
+partial outputs forward and passes the gradient through backward. One all-reduce of the
+activations forward and one backward per sub-layer. Everything else (the patch embedding, the
+class token, the positions, the LayerNorms, the head) is whole on every rank of a group and
+gets the same gradient on each, since its inputs and the gradient coming back are the group's
+sum; so the data-parallel strategy needs only average each parameter over the ranks holding the
+same slice (`data_set`), one per replica.
+
+Horovod's process sets are made at run time (hvd.init(process_sets="dynamic"), HorovodBackend),
+every rank making every set in one order, once per process (`process_set`).
+
+Mirror: none yet; TensorFlow refuses parallel.tensor > 1 (hvdcls.maths.tensor_parallel.check_run).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import horovod.torch as hvd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hvdcls.config import Config
+from hvdcls.maths import tensor_parallel as plan
+
+_SETS: dict[tuple[int, ...], Any] = {}  # Horovod's ProcessSet per rank tuple, made once per process
+
+
+def torch_cat(pieces: list, axis: int) -> torch.Tensor:
+    return torch.cat(pieces, dim=axis)
+
+
+def process_set(ranks: tuple[int, ...], layout: plan.Layout) -> Any:
+    """Horovod's set of `ranks`: the global one for the whole world, else one made here the
+    first time (every rank makes all of `layout`'s, in one order: a collective)."""
+    if ranks == tuple(range(hvd.size())):
+        return hvd.global_process_set
+    for every in layout.process_sets():
+        if every not in _SETS:
+            _SETS[every] = hvd.add_process_set(list(every))  # Horovod
+    return _SETS[ranks]
+
+
+class _CopyToGroup(torch.autograd.Function):
+    """Megatron's f: identity forward, the gradient summed over the tensor group backward."""
+
+    @staticmethod
+    def forward(ctx, x, group, name):
+        ctx.group, ctx.name = group, name
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return hvd.allreduce(grad.contiguous(), op=hvd.Sum, name=ctx.name, process_set=ctx.group), None, None
+
+
+class _SumOverGroup(torch.autograd.Function):
+    """Megatron's g: the ranks' partial outputs summed forward, the gradient passed through."""
+
+    @staticmethod
+    def forward(ctx, x, group, name):
+        return hvd.allreduce(x.contiguous(), op=hvd.Sum, name=name, process_set=group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None, None
+
+
+class RowParallelLinear(nn.Linear):
+    """This rank's input columns of a Linear: its partial product, summed over the group, then
+    the bias, whole on every rank, added once."""
+
+    def __init__(self, local_in: int, out: int, group: Any, name: str):
+        super().__init__(local_in, out)
+        self.group, self.name = group, name
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _SumOverGroup.apply(F.linear(x, self.weight), self.group, self.name) + self.bias
+
+
+class ParallelAttention(nn.Module):
+    """nn.MultiheadAttention's self-attention (batch first, no mask, no dropout) on this rank's
+    heads; the same parameter names, cut (in_proj_weight: its heads' rows of Q, K and V)."""
+
+    def __init__(self, full: Any, tensor: int, group: Any, name: str):
+        super().__init__()
+        hidden = full.embed_dim
+        self.heads, self.head_dim = full.num_heads // tensor, full.head_dim
+        local = self.heads * self.head_dim
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * local, hidden))
+        self.in_proj_bias = nn.Parameter(torch.empty(3 * local))
+        self.out_proj = RowParallelLinear(local, hidden, group, f"{name}.attention")
+        self.group, self.name = group, name
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = _CopyToGroup.apply(x, self.group, f"{self.name}.attention.grad")
+        batch, tokens, _ = x.shape
+        qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
+        q, k, v = (t.reshape(batch, tokens, self.heads, self.head_dim).transpose(1, 2) for t in qkv.chunk(3, -1))
+        out = F.scaled_dot_product_attention(q, k, v)
+        return self.out_proj(out.transpose(1, 2).reshape(batch, tokens, self.heads * self.head_dim))
+
+
+class ParallelEncoderBlock(nn.Module):
+    """torchvision's EncoderBlock with its heads and MLP units split over the tensor group:
+    the same keys (ln_1, self_attention, ln_2, mlp.0, mlp.3), this rank's slices."""
+
+    def __init__(self, block: Any, tensor: int, group: Any, name: str):
+        super().__init__()
+        # registered in torchvision's order, so that the state dict's keys come in its order
+        self.ln_1 = block.ln_1
+        self.self_attention = ParallelAttention(block.self_attention, tensor, group, name)
+        self.dropout, self.ln_2 = block.dropout, block.ln_2
+        first, last = block.mlp[0], block.mlp[3]
+        local = first.out_features // tensor
+        self.mlp = nn.Sequential(nn.Linear(first.in_features, local), nn.GELU(), block.mlp[2],
+                                 RowParallelLinear(local, last.out_features, group, f"{name}.mlp"), block.mlp[4])
+        self.group, self.name = group, name
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        x = self.dropout(self.self_attention(self.ln_1(inputs))) + inputs
+        return x + self.mlp(_CopyToGroup.apply(self.ln_2(x), self.group, f"{self.name}.mlp.grad"))
+
+
+class TensorParallel:
+    """One rank's place in parallel.tensor's layout, and what the backend asks of it."""
+
+    def __init__(self, layout: plan.Layout, rank: int):
+        self.layout, self.rank = layout, rank
+        self.t = layout.tensor_rank(rank)
+        self.group = process_set(layout.group(rank), layout)
+        self.data_set = process_set(layout.data_set(rank), layout)
+        self.data_root = layout.data_set(rank)[0]  # its replica-0 rank
+
+    def shard(self, model: nn.Module) -> nn.Module:
+        """`model` (whole, the same on every rank) with its encoder blocks replaced by this
+        rank's slices of them."""
+        whole = model.state_dict()
+        layers = model.get_submodule("encoder.layers")
+        for name, block in list(layers.named_children()):
+            setattr(layers, name, ParallelEncoderBlock(block, self.layout.tensor, self.group, f"tp.{name}"))
+        model.load_state_dict(plan.split_state(whole, self.layout.tensor, self.t, torch_cat))
+        return model
+
+    def broadcast(self, named: list[tuple[str, torch.Tensor]]) -> None:
+        """Replica 0's tensors to the other replicas, each rank from the one holding its slice."""
+        if self.layout.replicas == 1:
+            return
+        handles = [hvd.broadcast_async_(t, self.data_root, name=f"tp.broadcast.{n}", process_set=self.data_set)
+                   for n, t in named]  # Horovod
+        for handle in handles:
+            hvd.synchronize(handle)
+
+    def gather(self, state: dict) -> dict:
+        """The whole state dict (torchvision's layout) from the tensor group's slices (a
+        collective of the group: every rank of it calls, each gets the whole)."""
+        tensor = self.layout.tensor
+        gathered = {}
+        for key, value in state.items():
+            if plan.rule_of(key) is None:
+                gathered[key] = value
+                continue
+            flat = hvd.allgather(value.detach().reshape(1, -1).contiguous(), name=f"tp.gather.{key}",
+                                 process_set=self.group)  # Horovod: (T, n), in tensor-rank order
+            slices = [row.reshape(value.shape) for row in flat]
+            gathered[key] = plan.join_entry(key, slices, torch_cat)
+        assert len(gathered) == len(state) and tensor > 1
+        return gathered
+
+
+def build(model: nn.Module, config: Config) -> tuple[nn.Module, Optional[TensorParallel]]:
+    """parallel.tensor > 1: every rank takes rank 0's whole model (the ranks must split the same
+    one), then keeps its slices of the blocks. Else the model as it is, and None."""
+    if config.parallel.tensor == 1:
+        return model, None
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # Horovod
+    parallel = TensorParallel(plan.Layout(hvd.size(), config.parallel.tensor), hvd.rank())
+    return parallel.shard(model), parallel
