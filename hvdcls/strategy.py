@@ -13,7 +13,7 @@ tests/unit/test_strategy.py looks). The modes:
   powersgd  horovod.compression=powersgd: our low-rank reduction after backward, a plain step
   zero      training.zero=1 or 2: the optimizer state (and at 2 the gradients) sharded by rank
   zero3     training.zero=3: the parameters too, each block all-gathered for its forward (and
-            its recomputation) and its gradients reduce-scattered in backward (torch only yet)
+            its recomputation) and its gradients reduce-scattered in backward (both backends)
 
 What both backends share lives here once: the choice (`strategy_name`), the refusals that need
 the device (`refuse`: float16 loss scaling under ZeRO), and the interface. The config's own

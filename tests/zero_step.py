@@ -25,8 +25,7 @@ from hvdcls import registry
 from hvdcls.backend import weights_digest
 from hvdcls.maths import zero as zero_plan
 
-SIDE, CLASSES, BATCH = 16, 10, 8
-LEVELS = {"torch": (0, 1, 2, 3), "tensorflow": (0, 1, 2)}  # zero=3: torch only yet
+SIDE, CLASSES, BATCH, LEVELS = 16, 10, 8, (0, 1, 2, 3)
 CASES = {  # name: (overrides, lr)
     # the global norm over every rank's slices; two backward passes per step; Horovod's spin
     "sgd_momentum_clip_accumulate": (["optimizer.name=sgd", "optimizer.momentum=0.9", "optimizer.weight_decay=1e-4",
@@ -82,11 +81,17 @@ def consolidated(backend_name: str, backend, directory: Path) -> dict:
     sharded = backend.strategy.sharded  # the zero strategy's ShardedOptimizer, zero3's ShardedParameters
     if hasattr(sharded, "blocks"):  # zero=3: a bucket per block
         whole = [zero_plan.Bucket(b.bucket.params, b.bucket.offsets, b.bucket.sizes, 1) for b in sharded.blocks]
-        from torch_backend import zero
-        stored = zero.read_shards(directory, whole, 0)
-        state = stored["optimizer"]
-        params = {name: flat[offset:offset + size].numpy() for block, flat in zip(sharded.blocks, stored["params"])
-                  for name, offset, size in zip(block.names, block.bucket.offsets, block.bucket.sizes)}
+        if backend_name == "torch":
+            from torch_backend import zero
+            stored = zero.read_shards(directory, whole, 0)
+            state, flats = stored["optimizer"], [flat.numpy() for flat in stored["params"]]
+            names = [block.names for block in sharded.blocks]
+        else:  # the variables by path (weights()'s names), the parameters' slices as "param/B"
+            state = sharded.read_shards(directory, whole, 0)
+            flats = [state[f"param/{b}"] for b in range(len(whole))]
+            names = [[sharded.variables[i].path for i in bucket.params] for bucket in whole]
+        params = {name: flat[offset:offset + size] for bucket, block_names, flat in zip(whole, names, flats)
+                  for name, offset, size in zip(block_names, bucket.offsets, bucket.sizes)}
         return {**optimizer_arrays(backend_name, sharded, whole, state), "params": params}
     sizes = [b for bucket in sharded.buckets for b in bucket.sizes]
     whole = zero_plan.plan(sizes, 1)
@@ -137,21 +142,26 @@ def run_level(backend_name: str, overrides: list, lr: float, zero: int, out: Pat
             "memory": memory, "digest": weights_digest(third), "rank": ctx.rank}
 
 
-def recut_difference(recut, unsharded) -> float:
-    """zero=3's parameters read back from its shard files for one rank, against zero=0's (0: none)."""
-    return largest_difference(recut, {name: unsharded[name] for name in recut}) if recut else 0.0
+def recut_difference(recut, own: dict, unsharded: dict) -> float:
+    """zero=3's parameters read back from its shard files for one rank, against zero=0's (0:
+    none), each by its place in the model's weights (`own`: TensorFlow names a second model's
+    variables apart from the first's)."""
+    if not recut:
+        return 0.0
+    places, names = list(own), list(unsharded)
+    return largest_difference(recut, {name: unsharded[names[places.index(name)]] for name in recut})
 
 
 def main(backend_name: str, out: Path) -> None:
     report, rank = {}, 0
     for name, (overrides, lr) in CASES.items():
-        runs = {zero: run_level(backend_name, overrides, lr, zero, out / name) for zero in LEVELS[backend_name]}
+        runs = {zero: run_level(backend_name, overrides, lr, zero, out / name) for zero in LEVELS}
         rank = runs[0]["rank"]
         report[name] = {str(zero): {
             "weights": largest_difference(run["after_two"], runs[0]["after_two"]),
             "optimizer_state": largest_difference(run["state"], runs[0]["state"]),
             "resumed": largest_difference(run["third"], runs[0]["third"]),
-            "recut_weights": recut_difference(run["recut"], runs[0]["after_two"]),
+            "recut_weights": recut_difference(run["recut"], run["after_two"], runs[0]["after_two"]),
             "digest": run["digest"], "memory": run["memory"]} for zero, run in runs.items()}
     (out / f"rank-{rank}.json").write_text(json.dumps(report, indent=1))
 

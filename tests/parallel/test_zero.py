@@ -1,7 +1,7 @@
 """training.zero under real horovodrun, 2 ranks: one launch per backend of tests/zero_step.py.
 
 Must hold, for SGD with momentum (with clipping and two backward passes per step) and AdamW:
-zero=1, 2 and 3 (torch) train as zero=0 does, to 1e-6, after two steps; their checkpointed
+zero=1, 2 and 3 train as zero=0 does, to 1e-6, after two steps; their checkpointed
 optimizer state is zero=0's (zero=1 and 3: each rank's shard file, read back re-cut for one rank,
 and zero=3's parameters with it; zero=2: gathered to rank 0, unsharded); a resume from it takes
 the same third step; every rank ends with the same weights (zero=3: gathered); per rank the
