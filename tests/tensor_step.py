@@ -9,6 +9,9 @@ is built from one seed at T=2 and at T=1 and takes STEPS steps on the same batch
 head starts at zero: the blocks learn from the second step on). Writes OUT_DIR/rank-N.json: per
 case each step's loss at both, the largest difference of the weights after the steps (T=2's
 gathered into torchvision's layout), and the blocks' parameter bytes this rank holds at both.
+Then each saves a checkpoint (T=2's gathered whole), T=1 resumes T=2's and T=2 resumes T=1's,
+and all take one more step: `resumed` holds how far each is from the run that went on, and
+whether T=2's file holds torchvision's keys and shapes.
 """
 import json
 import os
@@ -65,7 +68,44 @@ def run(overrides: list, lr: float, tensor: int) -> dict:
         sums = backend.train_step(batch(backend, step), lr)
         losses.append(float(sums.loss) / float(sums.count))
     return {"losses": losses, "weights": whole_weights(backend), "block_bytes": block_bytes(backend),
-            "rank": ctx.rank}
+            "rank": ctx.rank, "backend": backend}
+
+
+def save(backend, directory: Path) -> None:
+    """As the Trainer saves: every rank prepares (T=2: its group gathers), rank 0 writes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    backend.prepare_checkpoint(directory)
+    if backend.hvd.rank() == 0:
+        backend.save(directory)
+    backend.broadcast_object(None, "saved")  # a barrier: the others read it next
+
+
+def resume(overrides: list, tensor: int, directory: Path):
+    """As a resumed run starts: rank 0 loads, then every rank takes the state (T=2: its slices)."""
+    backend, ctx = build(overrides, tensor)
+    if ctx.rank == 0:
+        backend.load(directory)
+    backend.broadcast_state()
+    return backend
+
+
+def checkpoint_round_trip(overrides: list, lr: float, split, whole, out: Path) -> dict:
+    """T=2's checkpoint resumed at T=1 and T=1's at T=2, a step each, against the runs going on."""
+    save(split, out / "saved-at-2")
+    save(whole, out / "saved-at-1")
+    import torch
+    stored = torch.load(out / "saved-at-2" / "torch.pt", weights_only=True)["model"]
+    layout = {k: tuple(v.shape) for k, v in stored.items()} == \
+        {k: tuple(v.shape) for k, v in whole.model.state_dict().items()}
+    at_1, at_2 = resume(overrides, 1, out / "saved-at-2"), resume(overrides, 2, out / "saved-at-1")
+    report = {"torchvision_layout": layout}
+    for name, backend in (("whole", whole), ("at_1", at_1), ("at_2", at_2)):
+        sums = backend.train_step(batch(backend, STEPS), lr)
+        report[name] = {"loss": float(sums.loss) / float(sums.count), "weights": whole_weights(backend)}
+    apart = [differences(report[k]["weights"], report["whole"]["weights"]) for k in ("at_1", "at_2")]
+    return {"torchvision_layout": layout,
+            "loss": max(abs(report[k]["loss"] - report["whole"]["loss"]) for k in ("at_1", "at_2")),
+            "weights": max(rest for rest, _ in apart), "key_bias": max(bias for _, bias in apart)}
 
 
 def differences(split: dict, whole: dict) -> tuple[float, float]:
@@ -92,7 +132,8 @@ def main(out: Path) -> None:
         weights, key_bias = differences(split["weights"], whole["weights"])
         report[name] = {"losses": {"2": split["losses"], "1": whole["losses"]}, "weights": weights,
                         "key_bias": key_bias, "lr": lr,
-                        "block_bytes": {"2": split["block_bytes"], "1": whole["block_bytes"]}}
+                        "block_bytes": {"2": split["block_bytes"], "1": whole["block_bytes"]},
+                        "resumed": checkpoint_round_trip(overrides, lr, split["backend"], whole["backend"], out / name)}
     (out / f"rank-{rank}.json").write_text(json.dumps(report, indent=1))
 
 

@@ -290,6 +290,8 @@ class TorchBackend(HorovodBackend):
         path = directory / CHECKPOINT_FILE
         try:
             state = torch.load(path, map_location=self.device, weights_only=True)
+            if self.tensor:  # parallel.tensor: a whole checkpoint, this rank's slices taken (the rest dealt)
+                state = self.tensor.take_whole(state)
             self.model.load_state_dict(state["model"])
             self.strategy.load_state(state, directory)  # the optimizer's (ZeRO: maybe in the ranks' shard files)
             self.scaler.load_state_dict(state["scaler"])

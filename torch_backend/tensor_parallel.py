@@ -137,6 +137,7 @@ class TensorParallel:
         self.group = process_set(layout.group(rank), layout)
         self.data_set = process_set(layout.data_set(rank), layout)
         self.data_root = layout.data_set(rank)[0]  # its replica-0 rank
+        self.whole: Optional[dict] = None  # rank 0 after reading a checkpoint, until it is dealt
 
     def shard(self, model: nn.Module) -> nn.Module:
         """`model` (whole, the same on every rank) with its encoder blocks replaced by this
@@ -172,6 +173,85 @@ class TensorParallel:
             gathered[key] = plan.join_entry(key, slices, torch_cat)
         assert len(gathered) == len(state) and tensor > 1
         return gathered
+
+    # -- checkpoints: whole on disk (torchvision's layout), cut on load --
+
+    def gather_optimizer(self, optimizer: torch.optim.Optimizer, names: dict[int, str]) -> dict:
+        """The optimizer's state_dict() with every per-parameter tensor whole (a collective of
+        the group). `names`: id(parameter) -> its name in the model, whose rule cuts it."""
+        state = optimizer.state_dict()
+        keys = param_keys(optimizer, names)
+        for kind, entries in by_kind(state, keys).items():
+            whole = self.gather(entries)
+            for index, key in enumerate(keys):
+                if key in whole:
+                    state["state"][index][kind] = whole[key]
+        return state
+
+    def split_optimizer(self, state: dict, optimizer: torch.optim.Optimizer, names: dict[int, str]) -> dict:
+        """A whole optimizer state_dict() (a checkpoint's) cut to this rank's slices."""
+        keys, tensor = param_keys(optimizer, names), self.layout.tensor
+        cut = {**state, "state": {i: dict(entry) for i, entry in state["state"].items()}}
+        for kind, entries in by_kind(state, keys).items():
+            for index, key in enumerate(keys):
+                if key in entries:
+                    cut["state"][index][kind] = plan.split_entry(key, entries[key], tensor, self.t, torch_cat)
+        return cut
+
+    def take_whole(self, state: dict) -> dict:
+        """Rank 0, reading a checkpoint: keep the whole state for `deal`, hand back the model
+        cut to this rank's slices (the optimizer's is the strategy's to cut)."""
+        self.whole = state
+        return {**state, "model": plan.split_state(state["model"], self.layout.tensor, self.t, torch_cat)}
+
+    def deal(self, named: list[tuple[str, torch.Tensor]], whole: Optional[dict]) -> None:
+        """Every rank's slices of rank 0's whole tensors (`whole`, by the same keys; None on the
+        other ranks), broadcast whole over the world and cut by each rank (a collective)."""
+        for key, local in named:
+            rule = plan.rule_of(key)
+            if rule is None or local.ndim == 0:
+                buffer = whole[key].to(local.device, local.dtype) if whole is not None else local
+            elif whole is not None:
+                buffer = whole[key].to(local.device, local.dtype).contiguous()
+            else:
+                shape = list(local.shape)
+                shape[rule.axis] *= self.layout.tensor
+                buffer = local.new_empty(shape)
+            hvd.broadcast_(buffer, 0, name=f"tp.deal.{key}")  # Horovod
+            with torch.no_grad():
+                local.copy_(buffer if rule is None or local.ndim == 0
+                            else plan.split_entry(key, buffer, self.layout.tensor, self.t, torch_cat))
+
+    def deal_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, names: dict[int, str]) -> None:
+        """After rank 0 read a checkpoint (`take_whole`): every rank's slices of the model and of
+        the optimizer's state (its live tensors, step counts included), from rank 0's whole ones."""
+        whole = self.whole
+        self.deal(list(model.state_dict().items()), whole["model"] if whole else None)
+        keys = param_keys(optimizer, names)
+        stored = by_kind(whole["optimizer"], keys, counts=True) if whole else {}
+        for kind, live in sorted(by_kind(optimizer.state_dict(), keys, counts=True).items()):
+            self.deal(list(live.items()), stored.get(kind) if whole else None)
+        self.whole = None
+
+    def dealing(self) -> bool:
+        """Whether rank 0 read a checkpoint to deal (a collective)."""
+        return bool(hvd.broadcast_object(self.whole is not None, root_rank=0, name="tp.dealing"))  # Horovod
+
+
+def param_keys(optimizer: torch.optim.Optimizer, names: dict[int, str]) -> list[str]:
+    """Each parameter's model name, in the order its optimizer's state_dict() numbers them."""
+    return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+
+
+def by_kind(state: dict, keys: list[str], counts: bool = False) -> dict[str, dict[str, torch.Tensor]]:
+    """An optimizer state_dict()'s per-parameter tensors ({kind: {parameter name: tensor}}; the
+    0-d step counts, whole everywhere, only with `counts`)."""
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    for index, entry in state["state"].items():
+        for kind, value in entry.items():
+            if torch.is_tensor(value) and (counts or value.ndim > 0):
+                out.setdefault(kind, {})[keys[index]] = value
+    return out
 
 
 def build(model: nn.Module, config: Config) -> tuple[nn.Module, Optional[TensorParallel]]:

@@ -186,7 +186,7 @@ def _tensor_conflict(config: Config) -> str | None:
         (training.compile, "training.compile=true"),
         (training.activation_checkpointing, "training.activation_checkpointing=true"),
         (config.optimizer.lr == AUTO_LR, "optimizer.lr=auto"),
-        (bool(training.resume), "training.resume"),
+        (bool(training.resume) and training.ema_decay is not None, "training.resume and training.ema_decay"),
     ]
     return next((key for conflict, key in conflicts if conflict), None)
 

@@ -7,7 +7,9 @@ layout, all but the attention's key biases, whose true gradient is zero (the sof
 constant added to every key): what rounding leaves there, AdamW divides by its own size, so
 those move by up to lr a step either way (SGD: to 1e-5 too); both ranks gather the same
 weights; each rank holds half the blocks' parameter bytes (the LayerNorms and the row-split
-layers' biases stay whole: 0.506 at this width).
+layers' biases stay whole: 0.506 at this width). A checkpoint saved at T=2 holds torchvision's
+keys and whole shapes; resumed at T=1 (and T=1's at T=2), a fourth step goes on as the run that
+did not stop, to the same bounds.
 """
 import json
 import subprocess
@@ -40,6 +42,15 @@ def test_split_steps_equal_one_process(reports, case):
         assert run["weights"] <= TOLERANCE, (case, run["weights"])
         key_bias = TOLERANCE if case.startswith("sgd") else STEPS * run["lr"]
         assert run["key_bias"] <= key_bias, (case, run["key_bias"])
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_checkpoints_are_whole_and_resume_at_the_other_split(reports, case):
+    for report in reports:
+        resumed, lr = report[case]["resumed"], report[case]["lr"]
+        assert resumed["torchvision_layout"]
+        assert resumed["loss"] <= TOLERANCE and resumed["weights"] <= TOLERANCE, (case, resumed)
+        assert resumed["key_bias"] <= (TOLERANCE if case.startswith("sgd") else (STEPS + 1) * lr), (case, resumed)
 
 
 def test_ranks_gather_the_same_weights(reports):

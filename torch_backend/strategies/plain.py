@@ -40,6 +40,7 @@ class Plain(Strategy):
         data-parallel set it averages over; None: every rank."""
         hv = config.horovod
         self.host, self.parameters, self.replicas = host, parameters, replicas
+        self.whole: Optional[dict] = None  # parallel.tensor: what rank 0 saves, gathered
         shapes = [tuple(p.shape) for _, p in parameters if p.requires_grad]
         self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
         self.step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
@@ -83,14 +84,33 @@ class Plain(Strategy):
     def clip_grad_norm_(self, max_norm: float) -> None:
         torch.nn.utils.clip_grad_norm_([p for _, p in self.parameters], max_norm)
 
+    def prepare_checkpoint(self, shard_dir: Optional[Path] = None) -> None:
+        """parallel.tensor: replica 0's tensor group gathers the model and the optimizer's state
+        whole (torchvision's layout) for rank 0 to save; a collective of that group."""
+        if self.replicas and self.replicas.layout.replica(hvd.rank()) == 0:
+            whole = {"model": self.full_state(self.host.model),
+                     "optimizer": self.replicas.gather_optimizer(self.optimizer, self.names())}
+            self.whole = whole if hvd.rank() == 0 else None  # the others only helped gather
+
     def save_state(self, state: dict) -> None:
         state["optimizer"] = self.optimizer.state_dict()
+        if self.whole:  # parallel.tensor: the gathered, whole state in place of this rank's slices
+            state.update(self.whole)
+
+    def saved(self) -> None:
+        self.whole = None
+
+    def names(self) -> dict[int, str]:
+        return {id(p): name for name, p in self.parameters}
 
     def load_state(self, state: dict, directory: Path) -> None:
         if zero.IN_SHARD_FILES in state["optimizer"]:
             raise UserError(f"cannot load {directory / CHECKPOINT_FILE}: its optimizer state is in "
                             "training.zero's per-rank shard files; resume it with training.zero=1 or 2")
-        self.optimizer.load_state_dict(state["optimizer"])
+        stored = state["optimizer"]
+        if self.replicas:  # rank 0's slices now; broadcast_state deals every rank its own
+            stored = self.replicas.split_optimizer(stored, self.optimizer, self.names())
+        self.optimizer.load_state_dict(stored)
 
     def snapshot(self) -> dict:
         # deepcopy: state_dict() hands out the live tensors, which the next steps change in place
@@ -120,6 +140,9 @@ class Plain(Strategy):
                         p.grad = torch.zeros_like(p)
             inner: Any = type(optimizer).__bases__[0]  # Horovod's class derives from the optimizer's
             inner.step(optimizer)  # its own step: no all-reduce
+        if self.replicas.dealing():  # rank 0 read a checkpoint: every rank takes its slices of it
+            self.replicas.deal_state(self.host.model, optimizer, self.names())
+            return
         self.replicas.broadcast([(f"optimizer.{i}.{key}", value) for i, state in enumerate(optimizer.state.values())
                                  for key, value in state.items() if torch.is_tensor(value) and value.ndim > 0])
 
