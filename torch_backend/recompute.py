@@ -72,6 +72,13 @@ def segment_names(model: nn.Module) -> list[str]:
     return []
 
 
+def checkpointed(model: nn.Module) -> list[str]:
+    """The segments enable() did checkpoint in `model` (by module name; [] when it did not)."""
+    return [name for name in segment_names(model)
+            if isinstance(model.get_submodule(name), CheckpointedStage)
+            or isinstance(model.get_submodule(name.rpartition(".")[0] or name), CheckpointedBlocks)]
+
+
 def enable(model: nn.Module, name: str) -> nn.Module:
     """Checkpoint `model` in place (and return it); a model without segments we know is a
     one-line UserError."""

@@ -17,7 +17,7 @@ match; evaluation (no gradients) gathers the same way.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import horovod.torch as hvd
 import torch
@@ -37,14 +37,14 @@ class Gathered(torch.autograd.Function):
     @staticmethod
     def forward(ctx, shard: torch.Tensor, owner: ShardedParameters, b: int) -> torch.Tensor:
         ctx.owner, ctx.b = owner, b
-        owner.sent += shard.numel() * FLOAT32_BYTES
         # evaluation runs under inference_mode, whose tensors Horovod's thread may not fill
         with torch.inference_mode(False):
-            return hvd.synchronize(hvd.allgather_async(shard.detach(), name=f"zero3.params.{b}"))  # Horovod
+            return owner.fetch(b)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         owner, b = ctx.owner, ctx.b
+        owner.backward = True  # the gathers from here to the next forward are recomputations
         owner.release(b)  # a recomputation that stopped early (torch's checkpoint) left it set
         owner.sent += grad.numel() * FLOAT32_BYTES
         handle = hvd.reducescatter_async(grad.contiguous(), op=hvd.Average, name=f"zero3.grads.{b}")  # Horovod
@@ -79,6 +79,13 @@ class ShardedParameters:
         self.held: set[int] = set()  # blocks whose names are set now
         self.held_bytes = self.peak_bytes = 0
         self.sent = 0  # bytes handed to Horovod since the counter last took them
+        # The gather of the block that comes next starts before this one's is waited for, so
+        # that it crosses while this block computes: in forward the next block in order, in
+        # backward the recomputed block before (the checkpointed segments, in reverse).
+        self.pending: dict[int, int] = {}  # block -> the Horovod handle of its gather, started ahead
+        self.backward = False  # since the last forward began (Gathered's backward sets it)
+        self.recomputed = [b for b, block in enumerate(self.blocks) if block.module in recompute.checkpointed(model)]
+        model.register_forward_pre_hook(lambda _m, _args: self._forward_begins())  # before any block's hook
         for b, block in enumerate(self.blocks):
             self._hook(model.get_submodule(block.module), b)
 
@@ -98,6 +105,41 @@ class ShardedParameters:
         first, last = (module[0], module[-1]) if isinstance(module, recompute.CheckpointedStage) else (module, module)
         first.register_forward_pre_hook(lambda _m, _args: self.gather(b))
         last.register_forward_hook(lambda _m, _args, _out: self.release(b))
+
+    def _forward_begins(self) -> None:
+        if self.backward:  # a gather started ahead in backward that nothing took
+            self.drop_pending()
+            self.backward = False
+
+    def _start(self, b: int) -> int:
+        self.sent += self.shards[b].numel() * FLOAT32_BYTES
+        return hvd.allgather_async(self.shards[b].detach(), name=f"zero3.params.{b}")  # Horovod
+
+    def _after(self, b: int) -> Optional[int]:
+        """The block gathered next: in forward the next in order, in backward the recomputed
+        segment before this one (None: none, or not known)."""
+        if not self.backward:
+            return b + 1 if b + 1 < len(self.blocks) else None
+        at = self.recomputed.index(b) if b in self.recomputed else 0
+        return self.recomputed[at - 1] if at > 0 else None
+
+    def fetch(self, b: int) -> torch.Tensor:
+        """Block b's gathered flat (started ahead, or now), the next block's gather started first.
+        Every rank gathers in the same order, so the collectives match."""
+        handle = self.pending.pop(b, None)
+        if handle is None:
+            handle = self._start(b)
+        following = self._after(b)
+        if following is not None and following not in self.pending:
+            self.pending[following] = self._start(following)
+        return hvd.synchronize(handle)
+
+    def drop_pending(self) -> None:
+        """Wait for and forget the gathers started ahead (before the slices change: a step, a
+        restore, a resume)."""
+        for handle in self.pending.values():
+            hvd.synchronize(handle)
+        self.pending.clear()
 
     def gather(self, b: int) -> None:
         block = self.blocks[b]

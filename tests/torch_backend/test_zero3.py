@@ -2,7 +2,8 @@
 blocks the 2-rank launch (tests/zero_step.py, compact_cnn) does not reach, a ViT's encoder blocks
 and a ResNet's stages under activation checkpointing, where the hooks must gather again inside
 the recomputation. At one rank the gather and the reduce-scatter hand the block back whole, so
-the sharded model's slices' gradients are the whole model's, element for element."""
+the sharded model's slices' gradients are the whole model's, element for element; each block's
+gather is started ahead, once, in forward's order and then in the recomputations' (reversed)."""
 import copy
 
 import pytest
@@ -38,9 +39,15 @@ def test_a_checkpointed_model_sharded_by_block_has_the_whole_ones_gradients(kind
                 "resnet": ["conv1", "bn1", "layer1", "layer2"]}[kind]
     assert modules[:4] == expected
     images, labels = torch.randn(2, 3, side, side), torch.tensor([0, 2])
+    started: list = []
+    start = sharded._start
+    sharded._start = lambda b: (started.append(b), start(b))[1]
     for net in (whole, model):
         torch.nn.functional.cross_entropy(net(images), labels).backward()
-    assert sharded.held == set()  # every block's names dropped after its forward
+    assert sharded.held == set() and not sharded.pending  # every block's names dropped, no gather left
+    # each gather started once, ahead of its block: in forward's order, then backward's recomputations
+    assert started == list(range(len(sharded.blocks))) + sharded.recomputed[::-1]
+    assert len(sharded.recomputed) == {"vit": 3, "resnet": 4}[kind]
     grads = dict(whole.named_parameters())
     for block, shard in zip(sharded.blocks, sharded.shards):
         flat = torch.cat([grads[name].grad.reshape(-1) for name in block.names])

@@ -44,10 +44,12 @@ class Zero3(Plain):
 
     def begin(self, passes: int) -> None:
         self.optimizer.zero_grad(set_to_none=True)
+        self.sharded.drop_pending()
         self.sharded.sent = 0
 
     def step(self, grads: Optional[list] = None) -> Optional[float]:
         self.host.waiting_for_allreduce()  # nothing left to wait for: backward reduce-scattered
+        self.sharded.drop_pending()  # a gather started ahead reads the slices the step changes
         self.host.unscale_and_clip()
         self.host.scaler.step(self.optimizer)
         self.counter.add(self.sharded.sent)  # the blocks' gathers and reduce-scatters this step
@@ -108,6 +110,7 @@ class Zero3(Plain):
         errors = [e for e in hvd.allgather_object(error, name="zero3.shards_read") if e]
         if errors or stored is None:
             raise UserError(errors[0] if errors else f"rank {hvd.rank()}: no shard state read")
+        self.sharded.drop_pending()
         with torch.no_grad():
             for shard, value in zip(self.sharded.shards, stored["params"]):
                 shard.copy_(value)
@@ -128,6 +131,7 @@ class Zero3(Plain):
                 "optimizer": copy.deepcopy(self.optimizer.state_dict()), "counter": dataclasses.replace(self.counter)}
 
     def restore(self, snapshot: dict) -> None:
+        self.sharded.drop_pending()
         with torch.no_grad():
             for shard, value in zip(self.sharded.shards, snapshot["shards"]):
                 shard.copy_(value)
