@@ -133,6 +133,8 @@ def main(out: Path) -> None:
         report[name] = {"losses": {"2": split["losses"], "1": whole["losses"]}, "weights": weights,
                         "key_bias": key_bias, "lr": lr,
                         "block_bytes": {"2": split["block_bytes"], "1": whole["block_bytes"]},
+                        "block_share": split["block_bytes"] / whole["block_bytes"],
+                        "loss": max(abs(a - b) for a, b in zip(split["losses"], whole["losses"])),
                         "resumed": checkpoint_round_trip(overrides, lr, split["backend"], whole["backend"], out / name)}
     (out / f"rank-{rank}.json").write_text(json.dumps(report, indent=1))
 
