@@ -99,3 +99,33 @@ def test_shard_files_resume_as_the_run_went_on_and_a_lost_one_is_one_line(framew
     lost.load(tmp_path)
     with pytest.raises(UserError, match="training.zero shard files expected, none found"):
         lost.broadcast_state()
+
+
+
+def test_zero_3_resumes_its_shards_restores_its_slices_and_is_refused_elsewhere_in_one_line(framework, tmp_path):
+    """training.zero=3 in one process (its steps against zero=0's: tests/parallel/test_zero.py):
+    its checkpoint (the parameters in the shard file) resumes as the run went on, snapshot/restore
+    puts the slices back, and zero=0 or 2 refuse it in one line, as zero=3 refuses zero=0's whole
+    parameters, each before loading anything."""
+    from hvdcls.errors import UserError
+
+    sharded, plain = built(framework, 3), built(framework, 0)
+    step(framework, sharded, 1)
+    sharded.prepare_checkpoint(tmp_path)
+    sharded.save(tmp_path)
+    (tmp_path / "plain").mkdir()
+    plain.prepare_checkpoint()
+    plain.save(tmp_path / "plain")
+    resumed = built(framework, 3)
+    resumed.load(tmp_path)
+    resumed.broadcast_state()
+    saved, before = sharded.snapshot(), sharded.weights().copied()
+    for backend in (sharded, resumed):
+        step(framework, backend, 2)
+    assert differences(sharded, resumed) == 0.0
+    sharded.restore(saved)
+    assert all(np.array_equal(x, y) for x, y in zip(before.values(), sharded.weights().values()))
+    for backend, directory in ((plain, tmp_path), (built(framework, 2), tmp_path), (resumed, tmp_path / "plain")):
+        with pytest.raises(UserError) as refused:
+            backend.load(directory)
+        assert "\n" not in str(refused.value), str(refused.value)
