@@ -62,7 +62,9 @@ def model_blocks(model: keras.Model, variables: list, world: int) -> list[zero_p
 
 
 def free(variable) -> None:
-    """The Keras variable keeps its shape and dtype; its storage goes (the slices hold it)."""
+    """The Keras variable keeps its shape and dtype; its storage goes (the slices hold it).
+    `_value`, the tf.Variable under a Keras 3 variable, is private: Keras has no public way to
+    drop a variable's storage and keep the variable (checked on Keras 3.15)."""
     variable._value = tf.Variable(tf.zeros([0], variable.dtype), trainable=False)
 
 
