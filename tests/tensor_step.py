@@ -44,7 +44,9 @@ def build(overrides: list, tensor: int):
 
 
 def batch(backend, step: int) -> list:
-    rng = np.random.default_rng(100 + step)  # every rank the same batch
+    """The same batch on ranks 2k and 2k+1: at np=2 every rank's, at np=4 each T=2 replica's
+    (and at T=1 each pair's, so that the average over the 4 ranks is the 2 replicas')."""
+    rng = np.random.default_rng([100 + step, backend.hvd.rank() // 2])
     return list(backend.loader([(rng.standard_normal((BATCH, SIDE, SIDE, 3)).astype(np.float32),
                                  rng.integers(0, CLASSES, BATCH).astype(np.int64))], 0))
 
