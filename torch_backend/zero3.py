@@ -1,12 +1,12 @@
 """training.zero=3 for the PyTorch backend: the parameters sharded, block by block.
 
-Mirror: tf_backend/zero3.py (not built there yet). The model's parameters are cut into blocks
+Mirror: tf_backend/zero3.py. The model's parameters are cut into blocks
 (hvdcls.maths.zero.blocks: a ViT encoder block, a ResNet stage, else each top-level child; a
 parameter none of them holds, its module's own small block), and each rank keeps, per block,
 ONE float32 nn.Parameter: its 1/N slice of the block's flat, padded parameters, the only
 persistent copy. The original parameters are taken off their modules. Just before a block's
-forward a hook all-gathers the block (Gathered: an autograd Function whose backward
-reduce-scatters the flat gradient, averaged, onto the slice) and sets each parameter's name
+forward a hook all-gathers the block (Gathered: an autograd Function whose backward starts
+the reduce-scatter of the flat gradient, averaged, onto the slice) and sets each parameter's name
 on its module as a view of the gathered flat; just after it, the names are dropped again, so
 the gathered block lives only as long as autograd needs it. With activation checkpointing
 (torch_backend/recompute.py) the hooks fire inside the checkpointed segment: the block is
@@ -17,6 +17,7 @@ match; evaluation (no gradients) gathers the same way.
 """
 from __future__ import annotations
 
+from collections import deque
 from typing import Callable, Optional
 
 import horovod.torch as hvd
@@ -28,11 +29,13 @@ from hvdcls.maths.zero import Block, blocks
 from torch_backend import recompute
 
 FLOAT32_BYTES = 4
+IN_FLIGHT = 2  # gradient reduce-scatters started before the oldest is waited for (zero 1/2's too)
 
 
 class Gathered(torch.autograd.Function):
     """forward: a block's full padded flat from every rank's slice (Horovod's allgather, in rank
-    order); backward: this rank's slice of the ranks' averaged gradient (reducescatter)."""
+    order); backward: the reduce-scatter of the flat gradient started, whose result, this rank's
+    slice of the ranks' average, ShardedParameters adds to the slice's .grad once it is done."""
 
     @staticmethod
     def forward(ctx, shard: torch.Tensor, owner: ShardedParameters, b: int) -> torch.Tensor:
@@ -46,9 +49,8 @@ class Gathered(torch.autograd.Function):
         owner, b = ctx.owner, ctx.b
         owner.backward = True  # the gathers from here to the next forward are recomputations
         owner.release(b)  # a recomputation that stopped early (torch's checkpoint) left it set
-        owner.sent += grad.numel() * FLOAT32_BYTES
-        handle = hvd.reducescatter_async(grad.contiguous(), op=hvd.Average, name=f"zero3.grads.{b}")  # Horovod
-        return hvd.synchronize(handle), None, None
+        owner.scatter(b, grad)
+        return None, None, None  # the slice's gradient is added when its reduce-scatter is done
 
 
 def segments(model: nn.Module) -> list[str]:
@@ -83,6 +85,8 @@ class ShardedParameters:
         # that it crosses while this block computes: in forward the next block in order, in
         # backward the recomputed block before (the checkpointed segments, in reverse).
         self.pending: dict[int, int] = {}  # block -> the Horovod handle of its gather, started ahead
+        # The gradients' reduce-scatters cross while backward goes on, IN_FLIGHT at most
+        self.scattering: deque = deque()  # (block, handle, flat gradient), oldest first
         self.backward = False  # since the last forward began (Gathered's backward sets it)
         self.recomputed = [b for b, block in enumerate(self.blocks) if block.module in recompute.checkpointed(model)]
         model.register_forward_pre_hook(lambda _m, _args: self._forward_begins())  # before any block's hook
@@ -106,7 +110,31 @@ class ShardedParameters:
         first.register_forward_pre_hook(lambda _m, _args: self.gather(b))
         last.register_forward_hook(lambda _m, _args, _out: self.release(b))
 
+    def scatter(self, b: int, grad: torch.Tensor) -> None:
+        """Start block b's gradient reduce-scatter (Horovod: averaged; rank r gets its slice)."""
+        self.sent += grad.numel() * FLOAT32_BYTES
+        handle = hvd.reducescatter_async(grad.contiguous(), op=hvd.Average, name=f"zero3.grads.{b}")  # Horovod
+        self.scattering.append((b, handle, grad))
+        while len(self.scattering) > IN_FLIGHT:
+            self._scattered()
+
+    def _scattered(self) -> None:
+        b, handle, _ = self.scattering.popleft()
+        part = hvd.synchronize(handle)
+        shard = self.shards[b]
+        if shard.grad is None:
+            shard.grad = part
+        else:  # another backward pass's, accumulated
+            shard.grad.add_(part)
+
+    def finish_scatters(self) -> None:
+        """Every gradient reduce-scatter done and added to its slice's .grad (before a step, and
+        before the next forward, whose backward starts them again under the same names)."""
+        while self.scattering:
+            self._scattered()
+
     def _forward_begins(self) -> None:
+        self.finish_scatters()
         if self.backward:  # a gather started ahead in backward that nothing took
             self.drop_pending()
             self.backward = False

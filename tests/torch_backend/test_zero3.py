@@ -44,6 +44,7 @@ def test_a_checkpointed_model_sharded_by_block_has_the_whole_ones_gradients(kind
     sharded._start = lambda b: (started.append(b), start(b))[1]
     for net in (whole, model):
         torch.nn.functional.cross_entropy(net(images), labels).backward()
+    sharded.finish_scatters()  # the step's first act: the last reduce-scatters added to the slices
     assert sharded.held == set() and not sharded.pending  # every block's names dropped, no gather left
     # each gather started once, ahead of its block: in forward's order, then backward's recomputations
     assert started == list(range(len(sharded.blocks))) + sharded.recomputed[::-1]

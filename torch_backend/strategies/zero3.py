@@ -1,17 +1,18 @@
 """training.zero=3: the parameters sharded too (torch_backend/zero3.py). Each block's gradient
-is reduce-scattered onto this rank's slice in backward, as soon as backward leaves the block
-(Gathered's backward), so the step only clips (the global norm over every rank's slices) and
-steps a plain local optimizer over the slices (SGD, Adam and AdamW act element by element;
-padding stays 0). Checkpoints: every rank writes its parameter and optimizer slices to its
+reduce-scatter onto this rank's slice starts in backward, as soon as backward leaves the block
+(Gathered's backward), so the step waits for the last ones, clips (the global norm over every
+rank's slices) and steps a plain local optimizer over the slices (SGD, Adam and AdamW act
+element by element; padding stays 0). Checkpoints: every rank writes its parameter and optimizer slices to its
 shard file in the checkpoint directory, rank 0's torch.pt the blocks' index; ranks that see no
 common checkpoint directory are refused.
 
-Mirror: tf_backend/strategies/zero3.py (a refusal, not built there yet).
+Mirror: tf_backend/strategies/zero3.py.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -48,12 +49,15 @@ class Zero3(Plain):
         self.sharded.sent = 0
 
     def step(self, grads: Optional[list] = None) -> Optional[float]:
-        self.host.waiting_for_allreduce()  # nothing left to wait for: backward reduce-scattered
+        self.host.waiting_for_allreduce()
+        started = time.perf_counter()
+        self.sharded.finish_scatters()  # Horovod: the last blocks' gradient reduce-scatters
+        waited = time.perf_counter() - started
         self.sharded.drop_pending()  # a gather started ahead reads the slices the step changes
         self.host.unscale_and_clip()
         self.host.scaler.step(self.optimizer)
         self.counter.add(self.sharded.sent)  # the blocks' gathers and reduce-scatters this step
-        return None  # inside backward, block by block: not separable
+        return waited  # what backward did not hide of the reduce-scatters
 
     def clip_grad_norm_(self, max_norm: float) -> None:
         zero.clip_slices_(self.sharded.shards, max_norm)  # the global norm, over every rank's slices
