@@ -31,10 +31,11 @@ class Zero3(Plain):
     name = "zero3"
 
     def __init__(self, host: Any, config: Config, parameters: list[tuple[str, torch.nn.Parameter]],
-                 groups: list, make_optimizer: MakeOptimizer):
+                 groups: list, make_optimizer: MakeOptimizer, replicas: Any = None):
         """`parameters` are the model's, still whole: rank 0's are broadcast, then each rank keeps
-        its slices and the model loses them (the layer groups are one: layer_decay is refused)."""
-        self.host = host
+        its slices and the model loses them (the layer groups are one: layer_decay is refused;
+        `replicas` is None: the config refuses parallel.tensor with training.zero)."""
+        self.host, self.replicas = host, None
         self.counter = powersgd.ByteCounter(powersgd.dense_bytes([tuple(p.shape) for _, p in parameters]))
         hvd.broadcast_parameters(parameters, root_rank=0)  # Horovod: rank 0's weights, before the cut
         parameters.clear()  # the caller's list: the whole parameters go with the model's references
