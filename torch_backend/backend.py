@@ -22,12 +22,14 @@ import torch.nn.functional as F
 from hvdcls import strategy
 from hvdcls.backend import TOP_K, EvalSums, LazyArrays, Sums, add
 from hvdcls.config import Config, worker_lr
+from hvdcls.data import device_decode
 from hvdcls.data.batches import EpochBatches, LoaderWait
+from hvdcls.data.device_decode import EncodedBatch
 from hvdcls.errors import UserError
 from hvdcls.files import fileio
 from hvdcls.horovod_backend import HorovodBackend, waits_asleep
 from hvdcls.maths import powersgd
-from torch_backend import compiled, data, elastic, finetune, models, optimizers, recompute, tensor_parallel
+from torch_backend import compiled, data, decode, elastic, finetune, models, optimizers, recompute, tensor_parallel
 from torch_backend.sync_bn import SyncBatchNorm
 from torch_backend.weights import CHECKPOINT_FILE, load_initial_weights
 
@@ -90,13 +92,16 @@ class TorchBackend(HorovodBackend):
     ema: Optional[dict[str, torch.Tensor]]
     pixel_norm: tuple[list[float], list[float]]  # data.mean, data.std: the loader's uint8 batches, normalised
     tensor: Optional[tensor_parallel.TensorParallel] = None  # parallel.tensor > 1: this rank's place
+    decode_on_device = False  # data.decode resolved (setup): the workers hand over the JPEGs' bytes
 
     def __init__(self):
         super().__init__(hvd, {"torch": torch.__version__, "torchvision": installed_version("torchvision")})
 
     def setup(self, config: Config, local_rank: int, threads: int) -> torch.device:
         torch.set_num_threads(threads)
-        return pick_device(config, local_rank)
+        device = pick_device(config, local_rank)
+        self.decode_on_device = device_decode.resolve(config.data.decode, device.type, decode.unsupported())
+        return device
 
     def set_threads(self, threads: int) -> bool:
         torch.set_num_threads(threads)  # torch's pool takes a new size at any time
@@ -165,18 +170,22 @@ class TorchBackend(HorovodBackend):
                             "backward_passes_per_step": hv.backward_passes_per_step}}
 
     def loader(self, batches: EpochBatches, workers: int):
-        # uint8 pixels from the workers, normalised on the device (to_device)
+        # uint8 pixels from the workers, normalised on the device (to_device); with data.decode
+        # on the device, the JPEGs' bytes and the core's choices, decoded there (to_device)
         uint8 = isinstance(batches, EpochBatches) and batches.uint8_ok
         if uint8:
             self.pixel_norm = (batches.preprocess.config.mean, batches.preprocess.config.std)
-        return data.loader(batches, workers, pin_memory=self.device.type == "cuda", uint8=uint8)
+        encoded = uint8 and self.decode_on_device and device_decode.possible(batches)
+        return data.loader(batches, workers, pin_memory=self.device.type == "cuda", uint8=uint8, encoded=encoded)
 
     def loader_worker(self, loader: LoaderWait, batches: EpochBatches) -> Optional[str]:
         return data.waited_worker(loader.iterator) or super().loader_worker(loader, batches)
 
     def to_device(self, images: torch.Tensor) -> torch.Tensor:
         """Images on the device, normalised there when the loader handed over uint8 pixels,
-        NHWC in memory when training.channels_last."""
+        NHWC in memory when training.channels_last; JPEGs handed over encoded, decoded there."""
+        if isinstance(images, EncodedBatch):
+            images = decode.decode(images, self.device)
         if images.dtype == torch.uint8:
             images = data.normalise(images.to(self.device), *self.pixel_norm)
         return images.to(self.device, memory_format=self.memory_format)
