@@ -131,6 +131,8 @@ class HorovodBackend(Backend):
         return self.hvd.allgather_object(obj, name=name)
 
     def communication(self) -> Optional[dict]:
+        if self.strategy is not None:  # its counter's, and what else it sends (parallel.tensor's sums)
+            return self.strategy.communication()
         return self.counter.summary() if self.counter is not None else None
 
     def prepare_checkpoint(self, shard_dir: Optional[Path] = None) -> None:

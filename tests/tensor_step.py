@@ -70,7 +70,7 @@ def run(overrides: list, lr: float, tensor: int) -> dict:
         sums = backend.train_step(batch(backend, step), lr)
         losses.append(float(sums.loss) / float(sums.count))
     return {"losses": losses, "weights": whole_weights(backend), "block_bytes": block_bytes(backend),
-            "rank": ctx.rank, "backend": backend}
+            "rank": ctx.rank, "backend": backend, "communication": backend.communication()}
 
 
 def save(backend, directory: Path) -> None:
@@ -136,6 +136,7 @@ def main(out: Path) -> None:
                         "key_bias": key_bias, "lr": lr,
                         "block_bytes": {"2": split["block_bytes"], "1": whole["block_bytes"]},
                         "block_share": split["block_bytes"] / whole["block_bytes"],
+                        "communication": split["communication"],
                         "loss": max(abs(a - b) for a, b in zip(split["losses"], whole["losses"])),
                         "resumed": checkpoint_round_trip(overrides, lr, split["backend"], whole["backend"], out / name)}
     (out / f"rank-{rank}.json").write_text(json.dumps(report, indent=1))

@@ -47,6 +47,23 @@ def process_set(ranks: tuple[int, ...], layout: plan.Layout) -> Any:
     return _SETS[ranks]
 
 
+class Channel:
+    """The tensor group's sums of activations and of their gradients, with the bytes they sent
+    (the strategy reports them per step beside the gradients')."""
+
+    def __init__(self, process_set: Any):
+        self.process_set, self.sent = process_set, 0
+
+    def allreduce(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        self.sent += x.numel() * x.element_size()
+        return hvd.allreduce(x.contiguous(), op=hvd.Sum, name=name, process_set=self.process_set)  # Horovod
+
+    def take(self) -> int:
+        """The bytes sent since the last take."""
+        sent, self.sent = self.sent, 0
+        return sent
+
+
 class _CopyToGroup(torch.autograd.Function):
     """Megatron's f: identity forward, the gradient summed over the tensor group backward."""
 
@@ -57,7 +74,7 @@ class _CopyToGroup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return hvd.allreduce(grad.contiguous(), op=hvd.Sum, name=ctx.name, process_set=ctx.group), None, None
+        return ctx.group.allreduce(grad, ctx.name), None, None
 
 
 class _SumOverGroup(torch.autograd.Function):
@@ -65,7 +82,7 @@ class _SumOverGroup(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, group, name):
-        return hvd.allreduce(x.contiguous(), op=hvd.Sum, name=name, process_set=group)
+        return group.allreduce(x, name)
 
     @staticmethod
     def backward(ctx, grad):
@@ -76,7 +93,7 @@ class RowParallelLinear(nn.Linear):
     """This rank's input columns of a Linear: its partial product, summed over the group, then
     the bias, whole on every rank, added once."""
 
-    def __init__(self, local_in: int, out: int, group: Any, name: str):
+    def __init__(self, local_in: int, out: int, group: Channel, name: str):
         super().__init__(local_in, out)
         self.group, self.name = group, name
 
@@ -88,7 +105,7 @@ class ParallelAttention(nn.Module):
     """nn.MultiheadAttention's self-attention (batch first, no mask, no dropout) on this rank's
     heads; the same parameter names, cut (in_proj_weight: its heads' rows of Q, K and V)."""
 
-    def __init__(self, full: Any, tensor: int, group: Any, name: str):
+    def __init__(self, full: Any, tensor: int, group: Channel, name: str):
         super().__init__()
         hidden = full.embed_dim
         self.heads, self.head_dim = full.num_heads // tensor, full.head_dim
@@ -111,7 +128,7 @@ class ParallelEncoderBlock(nn.Module):
     """torchvision's EncoderBlock with its heads and MLP units split over the tensor group:
     the same keys (ln_1, self_attention, ln_2, mlp.0, mlp.3), this rank's slices."""
 
-    def __init__(self, block: Any, tensor: int, group: Any, name: str):
+    def __init__(self, block: Any, tensor: int, group: Channel, name: str):
         super().__init__()
         # registered in torchvision's order, so that the state dict's keys come in its order
         self.ln_1 = block.ln_1
@@ -135,6 +152,7 @@ class TensorParallel:
         self.layout, self.rank = layout, rank
         self.t = layout.tensor_rank(rank)
         self.group = process_set(layout.group(rank), layout)
+        self.channel = Channel(self.group)  # the blocks' activations' sums
         self.data_set = process_set(layout.data_set(rank), layout)
         self.data_root = layout.data_set(rank)[0]  # its replica-0 rank
         self.whole: Optional[dict] = None  # rank 0 after reading a checkpoint, until it is dealt
@@ -145,7 +163,7 @@ class TensorParallel:
         whole = model.state_dict()
         layers = model.get_submodule("encoder.layers")
         for name, block in list(layers.named_children()):
-            setattr(layers, name, ParallelEncoderBlock(block, self.layout.tensor, self.group, f"tp.{name}"))
+            setattr(layers, name, ParallelEncoderBlock(block, self.layout.tensor, self.channel, f"tp.{name}"))
         model.load_state_dict(plan.split_state(whole, self.layout.tensor, self.t, torch_cat))
         return model
 

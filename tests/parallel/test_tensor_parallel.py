@@ -17,9 +17,10 @@ import sys
 
 import pytest
 
+from hvdcls import models
 from hvdcls.launching import launch
 from tests.parallel.test_train import DIGITS, NP, REPO
-from tests.tensor_step import CASES, STEPS
+from tests.tensor_step import BATCH, CASES, SIDE, STEPS, VIT_TEST
 
 pytestmark = pytest.mark.parallel
 TOLERANCE = 1e-5
@@ -51,6 +52,18 @@ def test_checkpoints_are_whole_and_resume_at_the_other_split(reports, case):
         assert resumed["torchvision_layout"]
         assert resumed["loss"] <= TOLERANCE and resumed["weights"] <= TOLERANCE, (case, resumed)
         assert resumed["key_bias"] <= (TOLERANCE if case.startswith("sgd") else (STEPS + 1) * lr), (case, resumed)
+
+
+def test_a_step_sends_four_sums_of_activations_a_block_and_no_gradient(reports):
+    """Forward and backward, one all-reduce of (batch, tokens, width) per sub-layer; one replica:
+    no gradient to average with anyone."""
+    spec = models.VIT[VIT_TEST]
+    tokens = (SIDE // spec.patch_size) ** 2 + 1  # the class token
+    for report in reports:
+        for case in CASES:
+            sent = report[case]["communication"]
+            assert sent["tensor_parallel_bytes_per_step"] == spec.layers * 4 * BATCH * tokens * spec.hidden * 4
+            assert sent["bytes_per_step"] == 0
 
 
 def test_ranks_gather_the_same_weights(reports):

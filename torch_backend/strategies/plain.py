@@ -22,7 +22,7 @@ from hvdcls.errors import UserError
 from hvdcls.horovod_backend import sleep_until_done
 from hvdcls.maths import powersgd
 from hvdcls.strategy import Strategy
-from torch_backend import finetune, zero
+from torch_backend import finetune, zero, zero3
 from torch_backend.weights import CHECKPOINT_FILE
 
 MakeOptimizer = Callable[[Any], torch.optim.Optimizer]
@@ -44,6 +44,9 @@ class Plain(Strategy):
         shapes = [tuple(p.shape) for _, p in parameters if p.requires_grad]
         self.counter = powersgd.ByteCounter(powersgd.dense_bytes(shapes))
         self.step_bytes = powersgd.communication(shapes, hv.compression)["bytes_per_step"]
+        if replicas and replicas.layout.replicas == 1:
+            self.step_bytes = 0  # parallel.tensor with one replica: nobody to average with
+        self.activation_bytes = 0  # parallel.tensor: what the last step's blocks summed over the group
         self.optimizer = self.make(config, groups, make_optimizer)
 
     def make(self, config: Config, groups: list, make_optimizer: MakeOptimizer) -> Any:
@@ -57,6 +60,8 @@ class Plain(Strategy):
 
     def begin(self, passes: int) -> None:
         self.optimizer.zero_grad()
+        if self.replicas:
+            self.replicas.channel.take()  # not an evaluation's: the step's alone
 
     def step(self, grads: Optional[list] = None) -> Optional[float]:
         host = self.host
@@ -70,6 +75,8 @@ class Plain(Strategy):
         with self.optimizer.skip_synchronize():  # Horovod: already synchronised above
             host.scaler.step(self.optimizer)
         self.counter.add(self.step_bytes)  # Horovod sent every gradient, as configured
+        if self.replicas:
+            self.activation_bytes = self.replicas.channel.take()
         return waited
 
     def _sleep_until_reduced(self) -> None:
@@ -104,6 +111,9 @@ class Plain(Strategy):
         return {id(p): name for name, p in self.parameters}
 
     def load_state(self, state: dict, directory: Path) -> None:
+        if zero3.INDEX in state:
+            raise UserError(f"cannot load {directory / CHECKPOINT_FILE}: its parameters are in training.zero=3's "
+                            "per-rank shard files; resume it with training.zero=3")
         if zero.IN_SHARD_FILES in state["optimizer"]:
             raise UserError(f"cannot load {directory / CHECKPOINT_FILE}: its optimizer state is in "
                             "training.zero's per-rank shard files; resume it with training.zero=1 or 2")
@@ -153,6 +163,12 @@ class Plain(Strategy):
     def memory_extra(self) -> dict[str, int]:
         """What Backend.memory reports beside the parameters', gradients' and optimizer's bytes."""
         return {}
+
+    def communication(self) -> Optional[dict]:
+        summary = self.counter.summary()
+        if self.replicas:  # parallel.tensor: the activations' sums within the group, beside
+            summary["tensor_parallel_bytes_per_step"] = self.activation_bytes
+        return summary
 
     def full_state(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The model's unsharded state by name (every rank calls it: a collective is allowed);
