@@ -186,7 +186,7 @@ def _tensor_conflict(config: Config) -> str | None:
         (training.compile, "training.compile=true"),
         (training.activation_checkpointing, "training.activation_checkpointing=true"),
         (config.optimizer.lr == AUTO_LR, "optimizer.lr=auto"),
-        (bool(training.resume) and training.ema_decay is not None, "training.resume and training.ema_decay"),
+        (training.ema_decay is not None, "training.ema_decay"),  # its copy would be saved as this rank's slices
     ]
     return next((key for conflict, key in conflicts if conflict), None)
 
