@@ -11,7 +11,8 @@ case each step's loss at both, the largest difference of the weights after the s
 gathered into torchvision's layout), and the blocks' parameter bytes this rank holds at both.
 Then each saves a checkpoint (T=2's gathered whole), T=1 resumes T=2's and T=2 resumes T=1's,
 and all take one more step: `resumed` holds how far each is from the run that went on, and
-whether T=2's file holds torchvision's keys and shapes.
+whether T=2's file holds torchvision's keys and shapes. Last, `refused`: what `hvdcls train`
+says at T=4 over the 2 ranks.
 """
 import json
 import os
@@ -125,6 +126,21 @@ def differences(split: dict, whole: dict) -> tuple[float, float]:
     return rest, key_bias
 
 
+def refusal() -> str:
+    """`hvdcls train`'s own start at T=4 over these 2 ranks (4 divides the heads, not the world):
+    the one-line error every rank stops with before it builds or reads anything."""
+    from hvdcls.errors import UserError
+    from hvdcls.training import run as training
+
+    config = cfg.load(overrides=[f"model.name={VIT_TEST}", f"data.image_size={SIDE}", "parallel.tensor=4",
+                                 "output.progress=quiet"])
+    try:
+        training.train(config, "torch")
+    except UserError as err:
+        return str(err)
+    return "not refused"
+
+
 def main(out: Path) -> None:
     report, rank = {}, 0
     for name, (overrides, lr) in CASES.items():
@@ -139,6 +155,7 @@ def main(out: Path) -> None:
                         "communication": split["communication"],
                         "loss": max(abs(a - b) for a, b in zip(split["losses"], whole["losses"])),
                         "resumed": checkpoint_round_trip(overrides, lr, split["backend"], whole["backend"], out / name)}
+    report["refused"] = refusal()  # last: a run's start sets Horovod's variables
     (out / f"rank-{rank}.json").write_text(json.dumps(report, indent=1))
 
 
