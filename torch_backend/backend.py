@@ -301,8 +301,10 @@ class TorchBackend(HorovodBackend):
             state = torch.load(path, map_location=self.device, weights_only=True)
             if self.tensor:  # parallel.tensor: a whole checkpoint, this rank's slices taken (the rest dealt)
                 state = self.tensor.take_whole(state)
-            self.model.load_state_dict(state["model"])
+            # the strategy's first: it refuses another mode's layout in one line (zero=3's model
+            # holds no parameters, the others' every one), before the model's state is compared
             self.strategy.load_state(state, directory)  # the optimizer's (ZeRO: maybe in the ranks' shard files)
+            self.model.load_state_dict(state["model"])
             self.scaler.load_state_dict(state["scaler"])
             if self.ema is not None:  # a checkpoint without one: the EMA starts from its weights
                 stored = state.get("ema") or self.ema_sources()

@@ -29,6 +29,7 @@ from hvdcls.maths.zero import Block, blocks
 from torch_backend import recompute
 
 FLOAT32_BYTES = 4
+INDEX = "zero3"  # rank 0's checkpoint: the blocks' index (its parameters are in the shard files)
 IN_FLIGHT = 2  # gradient reduce-scatters started before the oldest is waited for (zero 1/2's too)
 
 

@@ -22,10 +22,17 @@ from hvdcls.errors import UserError
 from hvdcls.horovod_backend import sleep_until_done
 from hvdcls.maths import powersgd
 from hvdcls.strategy import Strategy
-from torch_backend import finetune, zero
+from torch_backend import finetune, zero, zero3
 from torch_backend.weights import CHECKPOINT_FILE
 
 MakeOptimizer = Callable[[Any], torch.optim.Optimizer]
+
+
+def refuse_parameter_shards(state: dict, directory: Path) -> None:
+    """A zero=3 checkpoint (rank 0's file holds no parameter) for a strategy that keeps them whole."""
+    if zero3.INDEX in state:
+        raise UserError(f"cannot load {directory / CHECKPOINT_FILE}: its parameters are in training.zero=3's "
+                        "per-rank shard files; resume it with training.zero=3")
 
 
 class Plain(Strategy):
@@ -111,6 +118,7 @@ class Plain(Strategy):
         return {id(p): name for name, p in self.parameters}
 
     def load_state(self, state: dict, directory: Path) -> None:
+        refuse_parameter_shards(state, directory)
         if zero.IN_SHARD_FILES in state["optimizer"]:
             raise UserError(f"cannot load {directory / CHECKPOINT_FILE}: its optimizer state is in "
                             "training.zero's per-rank shard files; resume it with training.zero=1 or 2")

@@ -15,7 +15,7 @@ import torch
 
 from hvdcls.config import Config
 from torch_backend import zero
-from torch_backend.strategies.plain import MakeOptimizer, Plain
+from torch_backend.strategies.plain import MakeOptimizer, Plain, refuse_parameter_shards
 
 
 class Zero(Plain):
@@ -52,6 +52,7 @@ class Zero(Plain):
         self.optimizer.gathered = None  # the unsharded copy lives until it is written
 
     def load_state(self, state: dict, directory: Path) -> None:
+        refuse_parameter_shards(state, directory)
         self.optimizer.load_checkpoint(state["optimizer"], directory)  # it may name the ranks' shard files
 
     def broadcast_state(self) -> None:

@@ -87,13 +87,13 @@ class Zero3(Plain):
 
     def save_state(self, state: dict) -> None:
         state["optimizer"] = {zero.IN_SHARD_FILES: hvd.size()}
-        state["zero3"] = self.sharded.index()
+        state[zero3.INDEX] = self.sharded.index()
 
     def load_state(self, state: dict, directory: Path) -> None:
-        if "zero3" not in state:
+        if zero3.INDEX not in state:
             raise UserError(f"cannot load {directory / CHECKPOINT_FILE}: it holds whole parameters; "
                             "training.zero=3 resumes only its own checkpoints yet")
-        self.sharded.check_index(state["zero3"], lambda: str(directory / CHECKPOINT_FILE))
+        self.sharded.check_index(state[zero3.INDEX], lambda: str(directory / CHECKPOINT_FILE))
         self.loaded = str(directory)
 
     def broadcast_state(self) -> None:
