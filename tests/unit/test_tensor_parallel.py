@@ -116,3 +116,10 @@ def test_config_refuses_in_one_line(overrides, message):
 
 def test_config_takes_a_vit_whose_heads_it_divides():
     assert cfg.load(overrides=["parallel.tensor=4", "model.name=vit_l_16"]).parallel.tensor == 4
+
+
+def test_lr_find_is_refused_before_anything_starts():
+    from hvdcls.training import lr_find_command
+
+    with pytest.raises(UserError, match="lr-find with parallel.tensor=2"):
+        lr_find_command.run("torch", None, ["parallel.tensor=2", "model.name=vit_b_16"], {})
