@@ -5,6 +5,7 @@
     hvdcls evaluate RUN_DIR [--data PATH]   top-1/top-5, per-class figures, confusion matrix
     hvdcls export RUN_DIR --format onnx -o model.onnx    a model for inference, with its classes
     hvdcls predict MODEL IMAGES... [-k 5]   classify images: a CSV (MODEL: run, checkpoint or .onnx)
+    hvdcls checkpoint consolidate RUN_DIR -o FILE   training.zero=3's shard files as one file
     hvdcls data pack SRC_DIR -o OUT.lmdb    an ImageFolder directory into one LMDB file
     hvdcls doctor [--smoke] [--json]        is this installation ready to train?
     hvdcls demo [--np 2]                    digits with both backends under horovodrun, side by side
@@ -189,6 +190,24 @@ def add_data(sub) -> None:
     pack.set_defaults(handler=run_pack)
 
 
+def add_checkpoint(sub) -> None:
+    parser = sub.add_parser("checkpoint", help="work on a run's checkpoints: consolidate training.zero=3's "
+                            "shard files into one file")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION",
+                                    parser_class=OneLineParser)
+    consolidate = actions.add_parser("consolidate", help="a training.zero=3 checkpoint's per-rank slices as one "
+                                     "unsharded file of the model, written a tensor at a time",
+                                     description="Write a training.zero=3 run's model (its newest checkpoint, or "
+                                     "the one given) as one file the backend's loaders read: torch a "
+                                     ".safetensors file of its state dict, tensorflow an .npz in "
+                                     "tensorflow.npz's layout (model.weights=FILE takes either). The "
+                                     "optimizer's state is left in the shard files.")
+    consolidate.add_argument("run", type=Path, metavar="RUN_DIR", help="a run directory or one of its checkpoints")
+    consolidate.add_argument("-o", "--output", type=Path, required=True, metavar="FILE",
+                             help="the file to write: torch FILE.safetensors, tensorflow FILE.npz")
+    consolidate.set_defaults(handler=lambda a: importlib.import_module("hvdcls.inference.consolidate").main(a))
+
+
 # An old spelling a flag's alias cannot carry (docs/cli.md lists it beside the renamed flags).
 OLD_POSITIONALS = {"hvdcls data pack SRC OUT": "hvdcls data pack SRC -o OUT"}
 
@@ -295,7 +314,7 @@ def add_bench(sub) -> None:
 
 # `hvdcls --help` lists the commands by purpose, in this order.
 GROUPS = (("train and evaluate", ("train", "lr-find", "evaluate", "sweep", "report")),
-          ("models", ("export", "predict")),
+          ("models", ("export", "predict", "checkpoint")),
           ("data", ("data",)),
           ("jobs and the service", ("job", "serve", "slurm-script")),
           ("measure", ("bench", "timeline")),
@@ -336,8 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
     # help=SUPPRESS: the epilog lists the commands, by purpose, in argparse's stead
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS,
                                 parser_class=OneLineParser, action=flags.Commands, prog="hvdcls")
-    for add in (add_train, add_lr_find, add_evaluate, add_export, add_predict, add_data, add_doctor, add_smoke,
-                add_demo, add_timeline, add_report, add_bench):
+    for add in (add_train, add_lr_find, add_evaluate, add_export, add_predict, add_checkpoint, add_data, add_doctor,
+                add_smoke, add_demo, add_timeline, add_report, add_bench):
         add(sub)
     importlib.import_module("hvdcls.serve.commands").add_parsers(sub)  # argparse only
     importlib.import_module("hvdcls.sweep.arguments").add_parser(sub)  # argparse only

@@ -157,3 +157,18 @@ def read_on_rank0(load: Callable[[], dict], rank: int, share: Optional[Share]) -
     if kind == "error":
         raise UserError(value)
     return value
+
+
+
+def described(card: modelcard.ModelCard) -> str:
+    """A run's model as its card describes it, for error lines."""
+    return f"{card.model} with {card.num_classes} classes"
+
+
+def refuse_changes(report: dict, checkpoint_dir: Path, card: modelcard.ModelCard) -> None:
+    """A run's checkpoint loads into the model its card describes as it was saved: a head
+    replaced or a grid interpolated (a backend's fit `report`) means the card does not
+    describe its checkpoint, a one-line UserError."""
+    changed = report["replaced"] + report["interpolated"]
+    if changed:
+        raise UserError(f"{checkpoint_dir} does not fit {described(card)}: {changed[0]}")

@@ -21,7 +21,7 @@ import tempfile
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -34,10 +34,11 @@ from hvdcls.errors import UserError
 from hvdcls.inference.contract import InferenceModel, check_export
 from hvdcls.inference.run import RunModel
 from hvdcls.modelcard import CARD_FILE, ModelCard
-from tf_backend import data, models
-from tf_backend.weights import load_run
+from tf_backend import consolidate, data, models
+from tf_backend.weights import CHECKPOINT_FILE, check_backend, load_run
 
 EXPORT_FORMATS = ("keras", "savedmodel", "onnx")
+CONSOLIDATED_SUFFIX = ".npz"  # hvdcls checkpoint consolidate's file
 LAYOUT = "NHWC"
 SIGNATURE = "serving_default"  # the SavedModel's signature: input -> {"logits"}
 ONNX_OPSET = 17
@@ -52,6 +53,14 @@ def load(run: RunModel, device: str = "auto") -> "TensorFlowInference":
                                    models.raw_pixels(card.mean, card.std))
         load_run(model, run)
     return TensorFlowInference(model, card, placed)
+
+
+def sharded_run(run: RunModel) -> Optional[consolidate.ShardedModel]:
+    """A training.zero=3 run's model, read from its shard files (`hvdcls checkpoint
+    consolidate`: .write(FILE) writes it as one .npz in tensorflow.npz's layout); None when not sharded."""
+    check_backend(run)
+    return consolidate.sharded_model(run.checkpoint_dir, run.checkpoint_dir / CHECKPOINT_FILE,
+                                     str(run.checkpoint_dir / CHECKPOINT_FILE))
 
 
 def pick_device(device: str) -> str:

@@ -43,7 +43,7 @@ from hvdcls import pretrained
 from hvdcls.errors import UserError
 from hvdcls.inference.run import open_run
 from hvdcls.models import normalise_name
-from tf_backend import models
+from tf_backend import consolidate, models
 from tf_backend.vit import Tokens
 
 if TYPE_CHECKING:
@@ -109,7 +109,9 @@ def read_source(source: pretrained.WeightsSource, config: Config, model: keras.M
         return of_model(models.imagenet_model(config.model.name, raw_pixels(config)),
                         f"model.weights={source.value}")
     if source.kind == "run":
-        return in_memory(read_run_weights(open_run(source.path, "model.weights")), f"model.weights={source.value}")
+        return read_run_arrays(open_run(source.path, "model.weights"), f"model.weights={source.value}")
+    if source.path.suffix == ".npz":  # tensorflow.npz's layout: hvdcls checkpoint consolidate's file
+        return npz_arrays(source.path, f"model.weights={source.value}")
     return of_model(read_file(source.path, config, head_layer(model)), f"model.weights={source.value}")
 
 
@@ -177,13 +179,40 @@ def head_classes(path: Path, head: keras.layers.Layer) -> Optional[int]:
         return None
 
 
+def read_run_arrays(run: RunModel, origin: str) -> Arrays:
+    """read_run_weights' arrays; a training.zero=3 checkpoint's sharded variables read one at a
+    time from its ranks' shard files (tf_backend/consolidate.py)."""
+    check_backend(run)
+    path = run.checkpoint_dir / CHECKPOINT_FILE
+    from_shards = consolidate.sharded_model(run.checkpoint_dir, path, str(path))
+    if from_shards is not None:
+        return Arrays(from_shards.shapes, from_shards.read, origin)
+    return in_memory(read_run_weights(run), origin)
+
+
+def npz_arrays(path: Path, origin: str) -> Arrays:
+    """An .npz of tensorflow.npz's `model/<i>` arrays, read one at a time."""
+    try:
+        stored = np.load(path)
+        shapes = consolidate.model_shapes(stored)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+        raise UserError(f"{origin}: unreadable: {first_line(err)}") from None
+    if not shapes:
+        raise UserError(f"{origin}: holds no model/<i> arrays (tensorflow.npz's layout)")
+    return Arrays(shapes, lambda i: stored[f"model/{i}"], origin)
+
+
+def check_backend(run: RunModel) -> None:
+    if run.backend != "tensorflow":
+        raise UserError(f"{run.run_dir} was trained by the {run.backend} backend; the tensorflow backend "
+                        f"reads tensorflow runs (export it, or train with --backend {run.backend})")
+
+
 def read_run_weights(run: RunModel) -> list[np.ndarray]:
     """The model variables of an hvdcls run's checkpoint (tensorflow.npz's model/<i>, by the
     position of model.variables), its floating ones taken from ema/<j> in order when the run's
     card says the EMA's weights are the ones to use. Another backend's run is a one-line UserError."""
-    if run.backend != "tensorflow":
-        raise UserError(f"{run.run_dir} was trained by the {run.backend} backend; the tensorflow backend "
-                        f"reads tensorflow runs (export it, or train with --backend {run.backend})")
+    check_backend(run)
     path = run.checkpoint_dir / CHECKPOINT_FILE
     try:
         with np.load(path) as stored:
@@ -307,12 +336,9 @@ def refresh_normalization(model: keras.Model) -> None:
 
 def load_run(model: keras.Model, run: RunModel) -> None:
     """The run's checkpoint into `model`, built as its card says: every variable as it was."""
-    arrays = in_memory(read_run_weights(run), str(run.checkpoint_dir))
-    described = f"{run.card.model} with {run.card.num_classes} classes"
-    fit = match(model, arrays, described)
-    changed = fit.report["replaced"] + fit.report["interpolated"]
-    if changed:  # a card that does not describe its checkpoint
-        raise UserError(f"{run.checkpoint_dir} does not fit {described}: {changed[0]}")
+    arrays = read_run_arrays(run, str(run.checkpoint_dir))
+    fit = match(model, arrays, pretrained.described(run.card))
+    pretrained.refuse_changes(fit.report, run.checkpoint_dir, run.card)
     copy_in(model, arrays, fit)
 
 

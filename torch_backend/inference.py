@@ -18,7 +18,7 @@ import dataclasses
 import json
 import warnings
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -31,10 +31,11 @@ from hvdcls.inference.contract import InferenceModel, check_export
 from hvdcls.inference.run import RunModel
 from hvdcls.modelcard import ModelCard
 from hvdcls.models import COMPACT_CNN, normalise_name, vit_spec
-from torch_backend import data, models
-from torch_backend.weights import read_run_weights
+from torch_backend import consolidate, data, models
+from torch_backend.weights import load_run, run_state
 
 EXPORT_FORMATS = ("state-dict", "torchscript", "onnx")
+CONSOLIDATED_SUFFIX = ".safetensors"  # hvdcls checkpoint consolidate's file
 LAYOUT = "NCHW"
 CARD_KEY = "hvdcls_card"  # the card's key in a safetensors header and the .json beside a .pth
 TORCHSCRIPT_CARD = "model_card.json"  # the extra file inside a TorchScript archive
@@ -45,12 +46,15 @@ def load(run: RunModel, device: str = "auto") -> "TorchInference":
     card = run.card
     torch.set_num_threads(len(usable_cores()))
     model = models.build_model(card.model, card.num_classes, card.image_size, card.patch_size)
-    try:
-        model.load_state_dict(read_run_weights(run))
-    except RuntimeError as err:  # a card that does not describe its checkpoint
-        raise UserError(f"{run.checkpoint_dir} does not fit {card.model} with "
-                        f"{card.num_classes} classes: {str(err).splitlines()[0]}") from None
+    load_run(model, run)  # a training.zero=3 run's a parameter at a time from its shard files
     return TorchInference(model.eval().to(pick_device(device)), card)
+
+
+def sharded_run(run: RunModel) -> Optional[consolidate.ShardedModel]:
+    """A training.zero=3 run's model, read from its shard files (`hvdcls checkpoint
+    consolidate`: .write(FILE) writes it as one .safetensors file); None when not sharded."""
+    path, state = run_state(run)
+    return consolidate.sharded_model(run.checkpoint_dir, state, str(path))
 
 
 def pick_device(device: str) -> torch.device:

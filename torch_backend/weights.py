@@ -28,6 +28,7 @@ from torch import nn
 from hvdcls import pretrained
 from hvdcls.errors import UserError
 from hvdcls.models import COMPACT_CNN, normalise_name
+from torch_backend import consolidate
 from torch_backend.models import TIMM_PREFIX, torchvision_names
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def read_source(source: pretrained.WeightsSource, model_name: str) -> Tensors:
         from hvdcls.inference.run import open_run
 
         run = open_run(source.path, "model.weights")
-        return in_memory(read_run_weights(run), f"{origin} (a {run.card.model} run)")
+        return read_run_tensors(run, f"{origin} (a {run.card.model} run)")
     return file_tensors(source.path, origin)
 
 
@@ -191,22 +192,43 @@ def in_memory(state: dict[str, torch.Tensor], origin: str) -> Tensors:
     return Tensors({k: tuple(v.shape) for k, v in state.items()}, state.__getitem__, origin)
 
 
-def read_run_weights(run: RunModel) -> dict[str, torch.Tensor]:
+def read_run_tensors(run: RunModel, origin: str) -> Tensors:
     """The model state of an hvdcls run's checkpoint: torch.pt's "model", with its "ema"
-    entries over it when the run's card says the EMA's weights are the ones to use. Another
-    backend's run is a one-line UserError."""
-    if run.backend != "torch":
-        raise UserError(f"{run.run_dir} was trained by the {run.backend} backend; the torch backend "
-                        f"reads torch runs (export it, or train with --backend {run.backend})")
-    path = run.checkpoint_dir / CHECKPOINT_FILE
+    entries over it when the run's card says the EMA's weights are the ones to use; a
+    training.zero=3 checkpoint's parameters read one at a time from its ranks' shard files
+    (torch_backend/consolidate.py). Another backend's run is a one-line UserError."""
+    path, state = run_state(run)
     try:
-        state = torch_load(path)
+        from_shards = consolidate.sharded_model(run.checkpoint_dir, state, str(path))
+        if from_shards is not None:
+            return Tensors(from_shards.shapes, from_shards.read, origin)
         weights = dict(state["model"])
         if run.use_ema and state.get("ema"):
             weights.update(state["ema"])  # floating entries only: BN's step counts stay the model's
     except (OSError, RuntimeError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as err:
         raise UserError(f"cannot read {path}: {first_line(err)}") from None
-    return weights
+    return in_memory(weights, origin)
+
+
+def run_state(run: RunModel) -> tuple[Path, dict]:
+    """The run's torch.pt (memory-mapped) and its path; another backend's run is a one-line UserError."""
+    if run.backend != "torch":
+        raise UserError(f"{run.run_dir} was trained by the {run.backend} backend; the torch backend "
+                        f"reads torch runs (export it, or train with --backend {run.backend})")
+    path = run.checkpoint_dir / CHECKPOINT_FILE
+    try:
+        return path, torch_load(path)
+    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as err:
+        raise UserError(f"cannot read {path}: {first_line(err)}") from None
+
+
+def load_run(model: nn.Module, run: RunModel) -> None:
+    """The run's checkpoint into `model`, built as its card says: every tensor as it was, read
+    and copied one at a time."""
+    tensors = read_run_tensors(run, str(run.checkpoint_dir))
+    fit = match(model, tensors, pretrained.described(run.card))
+    pretrained.refuse_changes(fit.report, run.checkpoint_dir, run.card)
+    copy_in(model, tensors, fit)
 
 
 def head_modules(model: nn.Module, num_classes: int) -> set[str]:
