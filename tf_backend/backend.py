@@ -438,7 +438,8 @@ class TensorFlowBackend(HorovodBackend):
 
     def weights(self) -> LazyArrays:
         # the strategy's: zero=3 gathers the sharded variables (every rank calls this)
-        return LazyArrays({path: partial(host_copy, v) for path, v in self.strategy.full_state(self.model).items()})
+        state = self.strategy.full_state(self.model)  # zero=3: each block gathered as it is read
+        return LazyArrays({path: partial(lambda n: host_copy(state[n]), path) for path in state})
 
     def memory(self) -> dict[str, int]:
         # The gradients as the strategy holds them; the optimizer's per-variable slots (momentum,

@@ -20,13 +20,14 @@ StatelessScope are recorded, not applied: a block's non-trainable variables (bat
 moving statistics) are assigned from the scope after its call.
 
 Every rank runs the same calls in the same order, so the collectives match; evaluation (no
-gradients) gathers the same way. Outside the step, full_state() gathers every block at once
+gradients) gathers the same way. Outside the step, full_state() gathers a block at a time, as read
 (the digests, tests); checkpoints are the shard files, each rank its parameters' and
 optimizer's slices (tf_backend/strategies/zero3.py).
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import partial
 from typing import Callable, Optional
 
 import horovod.tensorflow as hvd
@@ -34,6 +35,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from hvdcls.backend import LazyArrays
 from hvdcls.errors import UserError
 from hvdcls.maths import zero as zero_plan
 from tf_backend.strategies import tf_variables
@@ -139,15 +141,25 @@ class ShardedParameters(ShardedOptimizer):
         with recomputation), its full gradient reduce-scattered."""
         return FLOAT32_BYTES * sum(b.shard * (2 if recomputed else 1) + b.padded for b in self.buckets)
 
-    def full_state(self, model: keras.Model) -> dict[str, np.ndarray]:
-        """The unsharded variables by path, in the model's order: every block all-gathered at
-        once (a collective; the digests, tests)."""
-        full: dict[int, np.ndarray] = {}
-        for b, bucket in enumerate(self.buckets):
-            flat = hvd.allgather(self.shards[b].value, name=f"zero3.state.{b}").numpy()  # Horovod
-            for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes):
-                full[id(self.variables[i])] = flat[offset:offset + size].reshape(self.variables[i].shape)
-        return {v.path: full[id(v)] if id(v) in full else np.asarray(v.numpy()) for v in model.variables}
+    def full_state(self, model: keras.Model) -> LazyArrays:
+        """The unsharded variables by path, in the model's order, each gathered when it is read:
+        its block all-gathered once and kept until another block is read (a collective: every
+        rank reads the same paths in the same order, as the digests do), so a walk over them
+        holds one block, not the whole model (ViT-g/14's 4 GB a rank, as torch's says)."""
+        where = {id(self.variables[i]): (b, offset, size) for b, bucket in enumerate(self.buckets)
+                 for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes)}
+        held: dict[int, np.ndarray] = {}
+
+        def gathered(variable) -> np.ndarray:
+            if id(variable) not in where:  # not sharded (batch norm's statistics)
+                return np.asarray(variable.numpy())
+            b, offset, size = where[id(variable)]
+            if b not in held:
+                held.clear()  # the block read before goes first
+                held[b] = hvd.allgather(self.shards[b].value, name=f"zero3.state.{b}").numpy()  # Horovod
+            return held[b][offset:offset + size].reshape(variable.shape)
+
+        return LazyArrays({v.path: partial(gathered, v) for v in model.variables})
 
     # Checkpoints: the parameters' slices in the shard files, beside the optimizer's.
 

@@ -339,7 +339,8 @@ class TorchBackend(HorovodBackend):
 
     def weights(self) -> LazyArrays:
         # the strategy's: zero=3 gathers the sharded parameters (every rank calls this)
-        return LazyArrays({name: partial(host_copy, t) for name, t in self.strategy.full_state(self.model).items()})
+        state = self.strategy.full_state(self.model)  # zero=3: each block gathered as it is read
+        return LazyArrays({name: partial(lambda n: host_copy(state[n]), name) for name in state})
 
     def memory(self) -> dict[str, int]:
         # Gradients as they are held now: after a step, every trained parameter's (the next

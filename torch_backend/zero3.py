@@ -18,12 +18,14 @@ match; evaluation (no gradients) gathers the same way.
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
 from typing import Callable, Optional
 
 import horovod.torch as hvd
 import torch
 from torch import nn
 
+from hvdcls.backend import LazyArrays
 from hvdcls.errors import UserError
 from hvdcls.maths.zero import Block, blocks
 from torch_backend import recompute
@@ -191,17 +193,28 @@ class ShardedParameters:
         self.held.discard(b)
         self.held_bytes -= self.blocks[b].bucket.padded * FLOAT32_BYTES
 
-    @torch.no_grad()
-    def full_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        """The unsharded state (parameters and buffers, by name, in the model's order): every
-        block all-gathered at once (a collective; the digests, tests)."""
-        state = dict(model.state_dict())
-        for b, block in enumerate(self.blocks):
-            full = hvd.allgather(self.shards[b].detach(), name=f"zero3.state.{b}")  # Horovod
-            for name, offset, size, shape in zip(block.names, block.bucket.offsets, block.bucket.sizes,
-                                                 block.shapes):
-                state[name] = full[offset:offset + size].view(shape)
-        return {name: state[name] for name in self.order}
+    def full_state(self, model: nn.Module) -> LazyArrays:
+        """The unsharded state (parameters and buffers, by name, in the model's order), each
+        parameter gathered when it is read, its block all-gathered once and kept until another
+        block is read (a collective: every rank must read the same names in the same order, as
+        the digests do, sorted). So a walk over it holds one block, not the whole model (ViT-g/14's
+        4 GB a rank, on top of the slices, gradients and AdamW state the step leaves)."""
+        buffers = model.state_dict()  # what is not sharded (the parameters are off the model)
+        where = {name: (b, offset, size, shape) for b, block in enumerate(self.blocks)
+                 for name, offset, size, shape in zip(block.names, block.bucket.offsets, block.bucket.sizes,
+                                                      block.shapes)}
+        held: dict[int, torch.Tensor] = {}
+
+        @torch.no_grad()
+        def gathered(name: str) -> torch.Tensor:
+            b, offset, size, shape = where[name]
+            if b not in held:
+                held.clear()  # the block read before goes first
+                held[b] = hvd.allgather(self.shards[b].detach(), name=f"zero3.state.{b}")  # Horovod
+            return held[b][offset:offset + size].view(shape)
+
+        return LazyArrays({name: partial(gathered, name) if name in where else partial(buffers.__getitem__, name)
+                           for name in self.order})
 
     def index(self) -> dict:
         """What rank 0's checkpoint says of the shards: enough to find a parameter in them."""

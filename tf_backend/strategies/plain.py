@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import horovod.tensorflow as hvd
 import keras
@@ -109,7 +109,7 @@ class Plain(Strategy):
         """What Backend.memory reports beside the parameters', gradients' and optimizer's bytes."""
         return {}
 
-    def full_state(self, model: keras.Model) -> dict[str, Any]:
+    def full_state(self, model: keras.Model) -> Mapping[str, Any]:
         """The model's unsharded variables by path (every rank calls it: a collective is allowed)."""
         return {v.path: v for v in model.variables}
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 
@@ -55,7 +55,7 @@ class Zero3(Zero):
     def memory_extra(self) -> dict[str, int]:
         return {"gathered_peak_bytes": self.sharded.gathered_peak_bytes()}
 
-    def full_state(self, model) -> dict:
+    def full_state(self, model) -> Mapping:
         return self.sharded.full_state(model)
 
     def snapshot(self) -> dict:

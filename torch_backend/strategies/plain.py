@@ -12,7 +12,7 @@ import copy
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import horovod.torch as hvd
 import torch
@@ -175,7 +175,7 @@ class Plain(Strategy):
             summary["tensor_parallel_bytes_per_step"] = self.activation_bytes
         return summary
 
-    def full_state(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    def full_state(self, model: torch.nn.Module) -> Mapping[str, torch.Tensor]:
         """The model's unsharded state by name (every rank calls it: a collective is allowed);
         parallel.tensor: its slices gathered into torchvision's layout (over the tensor group)."""
         state = model.state_dict()

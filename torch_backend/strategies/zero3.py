@@ -14,7 +14,7 @@ import copy
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import horovod.torch as hvd
 import torch
@@ -74,7 +74,7 @@ class Zero3(Plain):
         # checkpointing autograd keeps each block's gathered copy until backward, beside these)
         return {"gathered_peak_bytes": self.sharded.peak_bytes}
 
-    def full_state(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    def full_state(self, model: torch.nn.Module) -> Mapping[str, torch.Tensor]:
         return self.sharded.full_state(model)
 
     def prepare_checkpoint(self, shard_dir: Optional[Path] = None) -> None:
