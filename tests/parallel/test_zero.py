@@ -74,10 +74,13 @@ def test_memory_halves_at_two_ranks(reports, case):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_trainer_saves_each_ranks_shard_and_resumes_at_another_world_size(backend, tmp_path):
-    """`hvdcls train` at np=2: every rank writes its slices beside rank 0's checkpoint (one
-    filesystem here), no rank gathers the state; one process resumes from the two shards."""
+    """`hvdcls train` at np=2 with training.zero=3: every rank writes its slices (parameters and
+    optimizer state) beside rank 0's checkpoint (one filesystem here), no rank gathers the state;
+    `hvdcls checkpoint consolidate` writes the weights the run's gather digested (torch: the
+    digest itself), `hvdcls evaluate` reads the sharded run to the run's validation accuracy,
+    and bad input is one line; one process resumes from the two shards."""
     out, resumed = tmp_path / "run", tmp_path / "resumed"
-    train("horovodrun", NP, backend, out, "--epochs", "2", "training.zero=2", "optimizer.name=adamw",
+    train("horovodrun", NP, backend, out, "--epochs", "2", "training.zero=3", "optimizer.name=adamw",
           "optimizer.lr=0.002", "output.checkpoint_every=1", *NO_PICTURES)
     suffix = ".pt" if backend == "torch" else ".npz"
     for epoch in (1, 2):
@@ -85,9 +88,35 @@ def test_trainer_saves_each_ranks_shard_and_resumes_at_another_world_size(backen
         assert sorted(p.name for p in checkpoint.iterdir() if p.name.startswith("zero-")) == \
             [f"zero-shard-0000{r}-of-00002{suffix}" for r in range(NP)]
         assert not [p.name for p in checkpoint.iterdir() if p.name.startswith(".")]  # no marker, no temporary
-    result = train("plain", 1, backend, resumed, "--epochs", "3", "training.zero=2", "optimizer.name=adamw",
+    consolidated_and_evaluated(backend, out, tmp_path)
+    result = train("plain", 1, backend, resumed, "--epochs", "3", "training.zero=3", "optimizer.name=adamw",
                    "optimizer.lr=0.002", "--resume", str(out / "checkpoints" / "epoch-0002"), *NO_PICTURES)
     assert "resumed from" in result.stdout + result.stderr
     original, again = read_metrics(out), read_metrics(resumed)
     assert [r["epoch"] for r in again] == [1, 2, 3] and again[:2] == original
     assert again[2]["train_loss"] < original[1]["train_loss"]  # it trains on from the re-cut state
+
+
+def consolidated_and_evaluated(backend: str, out, tmp_path) -> None:
+    from hvdcls.backend import weights_digest
+
+    summary = json.loads((out / "summary.json").read_text())
+    whole = tmp_path / ("whole.safetensors" if backend == "torch" else "whole.npz")
+    cli("checkpoint", "consolidate", str(out), "-o", str(whole))
+    if backend == "torch":  # TensorFlow's digest names Keras' process-numbered paths: tests/cases/consolidate.py
+        from safetensors.numpy import load_file
+
+        assert weights_digest(load_file(str(whole))) == summary["rank_weight_digests"][0]
+    cli("evaluate", str(out), "--output-dir", str(tmp_path / "evaluation"))
+    evaluation = json.loads((tmp_path / "evaluation" / "evaluation.json").read_text())
+    assert evaluation["top1"] == pytest.approx(summary["val_accuracy"], abs=1e-9)
+    # not a run: one line, exit 2 (a missing shard file: tests/cases/consolidate.py, in one process)
+    result = cli("checkpoint", "consolidate", str(tmp_path), "-o", str(tmp_path / "bad.safetensors"), code=2)
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def cli(*args: str, code: int = 0) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "hvdcls", *args], cwd=REPO, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == code, (result.stdout + result.stderr)[-4000:]
+    return result
