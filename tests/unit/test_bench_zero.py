@@ -100,7 +100,7 @@ def test_the_table_shows_the_level_the_bytes_and_the_ratios():
 @pytest.mark.parametrize("change, words", [
     ({"zeros": [0, 1], "compressions": ["none", "powersgd"]}, "powersgd"),
     ({"zeros": [2], "device": "cuda"}, "float16"),
-    ({"zeros": [3]}, "--zero 3: use 0 1 2")])
+    ({"zeros": [4]}, "--zero 4: use 0 1 2 3")])
 def test_what_training_zero_refuses_is_refused_before_a_launch(change, words):
     with pytest.raises(UserError, match=words) as error:
         bench.validate(spec(**change))
