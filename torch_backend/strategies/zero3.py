@@ -121,18 +121,7 @@ class Zero3(Plain):
         with torch.no_grad():
             for shard, value in zip(self.sharded.shards, stored["params"]):
                 shard.copy_(value)
-        self.optimizer.load_state_dict(stored["optimizer"])  # its tensors: the mmap'd file's pages
-        self._state_onto_heap()
-
-    def _state_onto_heap(self) -> None:
-        """The loaded optimizer state copied off the shard file's mapping, into the memory the
-        build's first step gave the state and the load just freed. Left on the mapping, each
-        update turns its pages into new private memory while the freed heap is never reused:
-        ViT-g/14's resume held 4 GB a rank more and ran its 22 GB cap out in the first step."""
-        for state in self.optimizer.state.values():
-            for key, value in state.items():
-                if torch.is_tensor(value):  # Adam's step counts too: any tensor keeps the file mapped
-                    state[key] = value.clone()
+        zero.load_mapped_state(self.optimizer, stored["optimizer"])  # off the file's mapping
 
     @torch.no_grad()
     def _initial_step(self) -> None:
