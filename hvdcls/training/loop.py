@@ -31,7 +31,7 @@ from hvdcls.files import status_file
 from hvdcls.maths.tensor_parallel import Layout
 from hvdcls.observe.classification import RunningMetrics, write_outputs
 from hvdcls.observe.monitor import EpochRecord, LossReads, Monitor, RunInfo, StepSample
-from hvdcls.training import balance, callbacks, checkpoint, ema, faults, schedule
+from hvdcls.training import balance, callbacks, checkpoint, ema, faults, memory, schedule
 from hvdcls.training.outputs import RunOutputs
 from hvdcls.training.tallies import EpochTimes, Reduced, Tally, as_floats, eval_floats
 from hvdcls.training.watchdog import (
@@ -202,6 +202,7 @@ class Trainer:
     def run(self, start_epoch: int, history: list[EpochRecord]) -> list[EpochRecord]:
         """Epochs start_epoch+1 .. epochs; returns the records of every epoch of the run."""
         self.first_epoch = start_epoch
+        memory.PEAKS.enter(memory.TRAINING)
         self.begin(start_epoch, history, world_hosts(self.backend, self.ctx))
         if start_epoch >= self.config.training.epochs:  # e.g. the service requeued a job that had just finished
             self.outputs.say(f"nothing left to train: the checkpoint holds {start_epoch} epoch(s) of "
@@ -359,6 +360,13 @@ class Trainer:
         write_outputs(self.outputs.run_dir, result)
 
     def save(self, epochs_done: int) -> None:
+        memory.PEAKS.enter(memory.CHECKPOINT)  # summary.json: a write's peak beside a step's
+        try:
+            self.write_checkpoint(epochs_done)
+        finally:
+            memory.PEAKS.enter(memory.TRAINING)
+
+    def write_checkpoint(self, epochs_done: int) -> None:
         self.phases.enter(CHECKPOINTING)
         self.monitor.phase(status_file.CHECKPOINTING)
         tmp = checkpoint.begin(self.outputs.checkpoints_dir, epochs_done) if self.ctx.is_main else None

@@ -97,6 +97,7 @@ class Ended:
 def train(config: cfg.Config, backend_name: str) -> dict:
     """Train as configured; returns the summary (rank 0 also writes it)."""
     started = time.time()
+    memory.PEAKS.restart()  # summary.json's peaks per phase are this run's
     data = datasets.open_data(config)
     num_classes = datasets.check_num_classes(config, data)
     # Horovod reads them in hvd.init()

@@ -104,13 +104,16 @@ def test_two_epochs_write_metrics_summary_config_and_checkpoint(backend, run):
 
 def test_the_summary_counts_this_ranks_memory(run):
     """summary.json's `memory` (hvdcls.training.memory): compact_cnn's float32 parameters, a
-    gradient each, SGD's momentum buffer each (digits.yaml: momentum 0.9), the peak RSS."""
+    gradient each, SGD's momentum buffer each (digits.yaml: momentum 0.9), the peak RSS, and the
+    peak of each phase (set-up, training, the checkpoint writes)."""
     summary = read_json(run / "summary.json")
     param_bytes = 4 * summary["model_info"]["parameters"]
     mem = summary["memory"]
     assert {k: mem[k] for k in ("param_bytes", "grad_bytes", "optimizer_state_bytes")} == {
         "param_bytes": param_bytes, "grad_bytes": param_bytes, "optimizer_state_bytes": param_bytes}
     assert mem["peak_rss_bytes"] > 50 * 2**20
+    phases = [mem[f"peak_rss_{phase}_bytes"] for phase in ("setup", "training", "checkpoint")]
+    assert min(phases) > 50 * 2**20 and mem["peak_rss_bytes"] >= max(phases)  # the run checkpointed
     assert summary["rank_memory"] == [mem]
 
 
