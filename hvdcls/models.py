@@ -65,11 +65,14 @@ class ViT:
     mlp: int
 
 
-# b, l, h: torchvision's builders. g and bigG: Zhai et al., "Scaling Vision Transformers"
+# ti and s: DeiT's sizes (Touvron et al., "Training data-efficient image transformers"; timm's
+# vit_tiny/vit_small_patch16), small enough to train on a CPU; torchvision has no builder or
+# weights for them. b, l, h: torchvision's builders. g and bigG: Zhai et al., "Scaling Vision Transformers"
 # (ViT-g/14 1,011 M and ViT-G/14 1,843 M parameters), named as OpenCLIP names them (its
 # "bigG" keeps G apart from g where names are compared without case); torchvision has no
 # builder for them, so torch builds its VisionTransformer class with these sizes.
-VIT = {"vit_b_16": ViT(16, 768, 12, 12, 3072), "vit_l_16": ViT(16, 1024, 24, 16, 4096),
+VIT = {"vit_ti_16": ViT(16, 192, 12, 3, 768), "vit_s_16": ViT(16, 384, 12, 6, 1536),
+       "vit_b_16": ViT(16, 768, 12, 12, 3072), "vit_l_16": ViT(16, 1024, 24, 16, 4096),
        "vit_h_14": ViT(14, 1280, 32, 16, 5120), "vit_g_14": ViT(14, 1408, 40, 16, 6144),
        "vit_bigg_14": ViT(14, 1664, 48, 16, 8192)}
 VIT_LN_EPSILON = 1e-6  # torchvision's, in every LayerNorm of its ViT

@@ -19,7 +19,7 @@ IMAGENET_STD = [0.229, 0.224, 0.225]
 
 @dataclass
 class ModelConfig:
-    # compact_cnn, a ViT of hvdcls.models.VIT (vit_b_16 ... vit_bigg_14), a torchvision or
+    # compact_cnn, a ViT of hvdcls.models.VIT (vit_ti_16 ... vit_bigg_14), a torchvision or
     # keras.applications name, or timm/NAME
     name: str = "compact_cnn"
     num_classes: Optional[int] = None  # None: the number of classes the data has

@@ -35,6 +35,13 @@ def test_vit_b_16_at_32_px_in_patches_of_8_maps_images_to_logits():
     assert logits.shape == (2, CLASSES) and np.isfinite(logits).all()
 
 
+@pytest.mark.parametrize("name, timm_count", [("vit_ti_16", 5_717_416), ("vit_s_16", 22_050_664)])
+def test_the_small_vits_are_deits_sizes(name, timm_count):
+    """ViT-Ti/16 and ViT-S/16 by name at 224 px with 1,000 classes: timm's counts."""
+    model = models.build_model(name, 1000, image_size=224)
+    assert models.count_parameters(model) == spec.vit_parameters(spec.VIT[name], 1000, 224, 16) == timm_count
+
+
 @pytest.mark.parametrize("name", ["vit_g_14", "vit_bigg_14"])
 def test_a_billion_parameter_vits_block_is_built_to_the_formula(name):
     """ViT-g/14 and ViT-G/14 with their widths but one block (Keras allocates what it builds:

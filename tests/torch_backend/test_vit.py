@@ -29,6 +29,15 @@ def test_the_table_is_torchvisions(name):
     assert models.count_parameters(built) == spec.vit_parameters(spec.VIT[name], 1000, size, spec.VIT[name].patch_size)
 
 
+@pytest.mark.parametrize("name, timm_count", [("vit_ti_16", 5_717_416), ("vit_s_16", 22_050_664)])
+def test_the_small_vits_are_deits_sizes(name, timm_count):
+    """ViT-Ti/16 and ViT-S/16 (DeiT's sizes, no torchvision builder), built by name at 224 px
+    with 1,000 classes: the formula's count, which is timm's vit_tiny/vit_small_patch16_224's."""
+    with torch.device("meta"):
+        built = models.build_model(name, 1000, image_size=224)
+    assert models.count_parameters(built) == spec.vit_parameters(spec.VIT[name], 1000, 224, 16) == timm_count
+
+
 @pytest.mark.parametrize("name, paper_millions", [("vit_g_14", 1011), ("vit_bigg_14", 1843)])
 def test_the_billion_parameter_vits_are_built_to_the_formula_and_the_paper(name, paper_millions):
     """ViT-g/14 and ViT-G/14, which torchvision has no builder for, built by name on the meta
