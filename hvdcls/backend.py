@@ -251,7 +251,17 @@ class Backend(abc.ABC):
 
     def communication(self) -> Optional[dict]:
         """Gradient bytes all-reduced so far, counted from the tensors sent
-        (hvdcls.maths.powersgd.ByteCounter.summary()); None where the backend does not count."""
+        (hvdcls.maths.powersgd.ByteCounter.summary()); None where the backend does not count.
+        Under parallel.tensor also `tensor_parallel_bytes_per_step` and
+        `tensor_parallel_seconds_per_step`: the last step's activation sums within the tensor
+        group (hvdcls bench reads them)."""
+        return None
+
+    def saved_activation_bytes(self, step: Callable[[], Any]) -> Optional[int]:
+        """Runs `step` (one training step) and returns the bytes of the activations the
+        framework kept for the backward pass during it, each storage once, the parameters not
+        counted (hvdcls bench's activation memory); None where the backend cannot count them."""
+        step()
         return None
 
     @abc.abstractmethod

@@ -351,6 +351,22 @@ class TorchBackend(HorovodBackend):
         return {"param_bytes": tensor_bytes(self.strategy.held_params()), "grad_bytes": tensor_bytes(grads),
                 "optimizer_state_bytes": tensor_bytes(state), **self.strategy.memory_extra()}
 
+    def saved_activation_bytes(self, step) -> int:
+        # autograd's saved-tensor hooks see every tensor the forward keeps for backward; a
+        # storage is counted once however many views of it are saved, a parameter's not at all
+        weights = {p.untyped_storage().data_ptr() for p in self.model.parameters()}
+        saved: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in weights:
+                saved[storage.data_ptr()] = storage.nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            step()
+        return sum(saved.values())
+
     def elastic_state(self, progress: dict):
         return elastic.make_state(self.model, self.optimizer, progress)
 

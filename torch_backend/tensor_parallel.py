@@ -19,6 +19,7 @@ Mirror: none yet; TensorFlow refuses parallel.tensor > 1 (hvdcls.maths.tensor_pa
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Optional
 
 import horovod.torch as hvd
@@ -49,19 +50,24 @@ def process_set(ranks: tuple[int, ...], layout: plan.Layout) -> Any:
 
 class Channel:
     """The tensor group's sums of activations and of their gradients, with the bytes they sent
-    (the strategy reports them per step beside the gradients')."""
+    and the seconds spent in them (the strategy reports both per step beside the gradients').
+    The all-reduce blocks: its seconds include waiting for the slowest rank of the group."""
 
     def __init__(self, process_set: Any):
-        self.process_set, self.sent = process_set, 0
+        self.process_set, self.sent, self.seconds = process_set, 0, 0.0
 
     def allreduce(self, x: torch.Tensor, name: str) -> torch.Tensor:
         self.sent += x.numel() * x.element_size()
-        return hvd.allreduce(x.contiguous(), op=hvd.Sum, name=name, process_set=self.process_set)  # Horovod
+        started = time.perf_counter()
+        summed = hvd.allreduce(x.contiguous(), op=hvd.Sum, name=name, process_set=self.process_set)  # Horovod
+        self.seconds += time.perf_counter() - started
+        return summed
 
-    def take(self) -> int:
-        """The bytes sent since the last take."""
-        sent, self.sent = self.sent, 0
-        return sent
+    def take(self) -> tuple[int, float]:
+        """(bytes sent, seconds spent) since the last take."""
+        taken = (self.sent, self.seconds)
+        self.sent, self.seconds = 0, 0.0
+        return taken
 
 
 class _CopyToGroup(torch.autograd.Function):

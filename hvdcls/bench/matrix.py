@@ -36,7 +36,7 @@ from typing import Optional
 from hvdcls import models, registry
 from hvdcls.backend import usable_cores
 from hvdcls.bench import data as bench_data
-from hvdcls.bench import guard, peers, sharding, slow
+from hvdcls.bench import guard, peers, sharding, slow, tensor
 from hvdcls.config import Compression, HorovodConfig, Wait
 from hvdcls.errors import UserError
 from hvdcls.files import fileio
@@ -112,6 +112,10 @@ class BenchSpec:
     zeros: list[int] = option([0], flag="--zero", choices=zero.LEVELS,
                               help="training.zero of the hvdcls cells (1: optimizer state sharded, "
                               "2: gradients too, 3: parameters too, torch); the baselines run beside zero 0 only")
+    tensors: list[int] = option([1], flag="--tensor",
+                                help="parallel.tensor of the hvdcls cells (ViTs: np/T replicas of T ranks, "
+                                "each block split over a group; a cell needs T to divide np); the "
+                                "baselines run beside T=1 only")
     waits: list[str] = option(["auto"], flag="--wait", choices=WAITS,
                               help="horovod.wait of the torch hvdcls cells (sleep: poll the "
                               "all-reduces with naps; spin: Horovod's synchronize(); auto: sleep "
@@ -134,10 +138,11 @@ class Cell:
     compile: str = "off"  # training.compile (hvdcls cells)
     zero: int = 0  # training.zero (hvdcls cells)
     wait: str = "auto"  # horovod.wait (torch hvdcls cells; the baselines keep the default label)
+    tensor: int = 1  # parallel.tensor (hvdcls cells)
 
     def key(self) -> tuple:
         return (self.backend, self.np, self.compression, self.batch_size, self.model, self.data,
-                self.balance, self.compile, self.zero, self.wait)
+                self.balance, self.compile, self.zero, self.tensor, self.wait)
 
     def file_name(self) -> str:
         return f"{self.runner}-{'-'.join(map(str, self.key()))}.json"
@@ -162,6 +167,7 @@ def cells(spec: BenchSpec) -> list[Cell]:
     # each compiled cell right after its plain one: a round measures the two side by side
     out = [replace(c, compile=mode) for c in out for mode in spec.compiles]
     out = [replace(c, zero=level) for c in out for level in spec.zeros]  # the same, by level
+    out = [replace(c, tensor=t) for c in out for t in tensor.tensors_for(c.np, spec.tensors)]  # and by T
     # torch's waits side by side too; TensorFlow's cells have one (it waits in TensorFlow)
     out = [replace(c, wait=wait) for c in out
            for wait in (spec.waits if c.backend == "torch" else spec.waits[:1])]
@@ -169,8 +175,9 @@ def cells(spec: BenchSpec) -> list[Cell]:
         runners = [r for r in spec.baseline_runners if r == "raw-horovod" or not spec.slow_rank]
         if spec.link_mbit:  # the peers that cross the namespaces; the others would not be comparable
             runners = [r for r in runners if r == "raw-horovod" or r in peers.ACROSS_LINK]
-        out += [Cell(runner, c.backend, *c.key()[1:-1]) for c in list(out)
-                if c.balance == "off" and c.compile == "off" and c.zero == 0 and c.wait == spec.waits[0]
+        out += [replace(c, runner=runner, wait=Cell.wait) for c in list(out)
+                if c.balance == "off" and c.compile == "off" and c.zero == 0 and c.tensor == 1
+                and c.wait == spec.waits[0]
                 for runner in runners if (runner, c.backend) in BASELINE_SCRIPTS
                 and (runner, c.compression) not in NO_BASELINE and plain_loops_build(c.model)
                 and c.data != "lmdb"]  # LMDB is our own format: no plain loop reads it
@@ -199,7 +206,8 @@ def hvdcls_worker_args(cell: Cell, spec: BenchSpec, out: Path) -> list[str]:
     """hvdcls.bench.worker's flags: the baselines' and the settings only hvdcls has."""
     fp16_factors = ["--powersgd-fp16"] if spec.powersgd_fp16 and cell.compression == "powersgd" else []
     return ["--backend", cell.backend, *worker_args(cell, spec, out), "--balance", cell.balance,
-            "--compile", cell.compile, "--zero", str(cell.zero), "--wait", cell.wait, *fp16_factors]
+            "--compile", cell.compile, "--zero", str(cell.zero), "--tensor", str(cell.tensor),
+            "--wait", cell.wait, *fp16_factors]
 
 
 def command(cell: Cell, spec: BenchSpec, out: Path, hosts=None, throttle=None) -> list[str]:
@@ -278,16 +286,26 @@ def run_cell(cell: Cell, spec: BenchSpec, scratch: Path, hosts=None, throttle=No
         result = launch_group(command(cell, spec, out, hosts, throttle), environment(cell, spec),
                               spec.timeout)
     if result.returncode != 0 or not out.exists():
-        tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
-        return {"error": f"exit {result.returncode}: " + " | ".join(tail)}
+        return {"error": failure(result)}
     return {**json.loads(out.read_text()), "outside": [watch.outside]}
+
+
+def failure(result: subprocess.CompletedProcess) -> str:
+    """A failed launch in one line: the worker's refusal where it gave one (every rank gives
+    the same), else the output's last lines."""
+    from hvdcls.bench.worker import REFUSED
+
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    refused = [line.split(REFUSED, 1)[1] for line in lines if REFUSED in line]
+    return f"exit {result.returncode}: " + (refused[0] if refused else " | ".join(lines[-5:]))
 
 
 def spec_slow(spec: BenchSpec) -> Optional[slow.SlowRank]:
     return slow.SlowRank.parse(spec.slow_rank) if spec.slow_rank else None
 
 
-REPEATED = ("step_seconds", "allreduce_wait_seconds", "images_per_sec", "data_wait_seconds")
+REPEATED = ("step_seconds", "allreduce_wait_seconds", "images_per_sec", "data_wait_seconds",
+            "tensor_parallel_seconds")
 
 
 def merge_rounds(raws: list[dict]) -> dict:
@@ -353,7 +371,7 @@ def summarise(cell: Cell, raw: dict) -> dict:
             "memory": raw.get("memory"), "rank_memory": raw.get("rank_memory"),
             # the peer's own settings: DDP's buckets and hook, MWMS's collective and its checks
             "runner_settings": raw.get("ddp") or raw.get("mwms"),
-            **guard.summarise(raw.get("outside", []))}
+            **tensor.summarise(raw, step), **guard.summarise(raw.get("outside", []))}
 
 
 def by_round(mine: dict, other: Optional[dict]) -> Optional[list[float]]:
@@ -376,7 +394,8 @@ def add_ratios(results: list[dict]) -> None:
         cell = Cell.of(r)
         key = cell.key()
         mine = speed[(r["runner"], key)]
-        single_key = (r["runner"], replace(cell, np=1, compression="none", balance="off").key())
+        # against one rank at T=1 for every T (parallel.tensor's efficiency, issue 50)
+        single_key = (r["runner"], replace(cell, np=1, compression="none", balance="off", tensor=1).key())
         single = speed.get(single_key)
         baseline_key = replace(cell, wait="auto").key()  # the label the baselines' cells keep
         peer_key = (peers.peer(r["backend"]), baseline_key)
@@ -395,6 +414,7 @@ def add_ratios(results: list[dict]) -> None:
         r["vs_wait_spin"] = mine / spun if spun and r["runner"] == "hvdcls" and cell.wait != "spin" else None
         twin = good.get((r["runner"], replace(cell, zero=0).key())) if cell.zero else None
         sharding.add_ratios(r, twin, good.get(single_key) if cell.np > 1 else None)
+        tensor.add_ratios(r, good.get((r["runner"], replace(cell, tensor=1).key())) if cell.tensor > 1 else None)
 
 
 def shaped_hosts(spec: BenchSpec):
@@ -487,10 +507,13 @@ def validate(spec: BenchSpec) -> None:
     if "dynamic" in spec.balances and (max(spec.nps) < 2 or "memory" not in spec.data):
         raise UserError("--balance dynamic balances np>1 cells on memory data: add --np 2 "
                         "and --loader memory")
+    tensor.check_values(spec.tensors, spec.nps)  # before the cells: each T divides some np
     # on memory data: where the images come from is no part of what training.zero serves
     sharding.refuse_unservable(spec.zeros, spec.device, [
         (cell, hvdcls_worker_args(replace(cell, data="memory"), spec, Path("cell.json")))
-        for cell in cells(spec) if cell.runner == "hvdcls" and cell.zero])
+        for cell in cells(spec) if cell.runner == "hvdcls" and cell.zero and cell.tensor == 1])
+    tensor.refuse_unservable([(cell, hvdcls_worker_args(replace(cell, data="memory"), spec, Path("cell.json")))
+                              for cell in cells(spec) if cell.tensor > 1])
 
 
 def machine() -> dict:

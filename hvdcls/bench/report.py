@@ -10,10 +10,11 @@ from hvdcls.bench.sharding import SHARDED
 from hvdcls.files import fileio
 
 COLUMNS = ["runner", "backend", "np", "compression", "batch", "model", "data", "balance", "compile",
-           "zero", "wait", "img/s (median)", "spread", "img/s/worker", "scaling eff.", "step ms", "1st step s",
-           "allreduce wait", "data wait", "MB/step", "vs raw Horovod", "Horovod/peer", "by round",
-           "vs balance off", "vs compile off", "vs zero 0", "vs wait spin", "param MB", "grad MB", "opt state MB",
-           "peak RSS MB", "opt state vs np=1", "grad vs np=1", "outside CPU"]
+           "zero", "tensor", "wait", "img/s (median)", "spread", "img/s/worker", "scaling eff.", "step ms",
+           "1st step s", "allreduce wait", "TP share", "data wait", "MB/step", "TP MB/step", "vs raw Horovod",
+           "Horovod/peer", "by round", "vs balance off", "vs compile off", "vs zero 0", "vs wait spin",
+           "vs tensor 1", "param MB", "grad MB", "opt state MB", "peak RSS MB", "opt state vs np=1",
+           "grad vs np=1", "act MB", "param vs T=1", "act vs T=1", "outside CPU"]
 MEMORY = ("param_bytes", "grad_bytes", "optimizer_state_bytes", "peak_rss_bytes")  # rank 0's
 
 
@@ -28,7 +29,7 @@ def megabytes(num_bytes):
 def row(cell: dict) -> list[str]:
     head = [cell["runner"], cell["backend"], str(cell["np"]), compression_label(cell),
             str(cell["batch_size"]), cell["model"], data_label(cell), balance_label(cell),
-            cell.get("compile", "off"), str(cell.get("zero", 0)), wait_setting(cell)]
+            cell.get("compile", "off"), str(cell.get("zero", 0)), str(cell.get("tensor", 1)), wait_setting(cell)]
     if "error" in cell:
         return head + [f"failed: {cell['error'][:80]}"] + [""] * (len(COLUMNS) - len(head) - 1)
     ips = cell["images_per_sec"]
@@ -36,14 +37,15 @@ def row(cell: dict) -> list[str]:
                    fmt(cell["images_per_sec_per_worker"], "{:.1f}"), fmt(cell["scaling_efficiency"]),
                    fmt(cell["step_seconds"]["median"] * 1000, "{:.0f}"),
                    fmt(cell.get("first_step_seconds"), "{:.1f}"),
-                   fmt(cell["communication_share"], "{:.0%}"),
+                   fmt(cell["communication_share"], "{:.0%}"), fmt(cell.get("tensor_parallel_share"), "{:.0%}"),
                    fmt(cell.get("data_wait_share"), "{:.0%}"),
                    fmt(megabytes(cell["allreduce_bytes_per_step"]), "{:.2f}"),
+                   fmt(megabytes(cell.get("tensor_parallel_bytes_per_step")), "{:.2f}"),
                    fmt(cell["vs_raw_horovod"]), fmt(cell.get("horovod_vs_peer")),
                    rounds_label(cell.get("horovod_vs_peer_by_round")),
                    fmt(cell.get("vs_balance_off")), fmt(cell.get("vs_compile_off")),
-                   fmt(cell.get("vs_zero_0")), fmt(cell.get("vs_wait_spin")), *memory_labels(cell),
-                   outside_label(cell)]
+                   fmt(cell.get("vs_zero_0")), fmt(cell.get("vs_wait_spin")), fmt(cell.get("vs_tensor_1")),
+                   *memory_labels(cell), *tensor_memory_labels(cell), outside_label(cell)]
 
 
 def rounds_label(ratios) -> str:
@@ -64,6 +66,13 @@ def memory_labels(cell: dict) -> list[str]:
     return ([fmt(megabytes(mine.get(name)), "{:.0f}" if name == "peak_rss_bytes" else "{:.3f}")
              for name in MEMORY]
             + [fmt(against.get(name), "{:.3f}") for name in SHARDED])
+
+
+def tensor_memory_labels(cell: dict) -> list[str]:
+    """Rank 0's activation memory of a step in MB, and its parameter and activation bytes
+    against the T=1 cell's (hvdcls.bench.tensor)."""
+    return [fmt(megabytes(cell.get("activation_bytes")), "{:.1f}"), fmt(cell.get("param_vs_tensor_1"), "{:.3f}"),
+            fmt(cell.get("activation_vs_tensor_1"), "{:.3f}")]
 
 
 def compression_label(cell: dict) -> str:
@@ -137,7 +146,12 @@ def markdown(report: dict) -> str:
              "training.zero (1: optimizer state sharded, 2: gradients too), vs zero 0 its img/s "
              "over the zero 0 cell's; wait: horovod.wait (torch; sleep: the all-reduces polled "
              "with naps, spin: Horovod's synchronize(), auto: sleep over 16 MB of gradients), "
-             "vs wait spin its img/s over the spin cell's; param/grad/opt state MB: rank 0's tensors after the timed "
+             "vs wait spin its img/s over the spin cell's; tensor: parallel.tensor (np/T replicas of T ranks, "
+             "img/s counting each replica's batch once), TP share: the step's share spent in the "
+             "activations' all-reduces within the tensor group, TP MB/step: their bytes a step (MB/step: "
+             "the data-parallel gradients'), vs tensor 1: img/s over the T=1 cell's, act MB: what rank 0's "
+             "forward keeps for backward in one step (torch's saved-tensor hooks; - where not counted), "
+             "param/act vs T=1: over the T=1 cell's; param/grad/opt state MB: rank 0's tensors after the timed "
              "steps, counted from them, and its peak RSS; opt state/grad vs np=1: those bytes "
              "over the np=1 cell's at the same zero (0.50: halved per rank); Horovod/peer: "
              "against the framework's own data parallelism, DDP (torch; powersgd in one bucket) "
@@ -211,7 +225,8 @@ def plot(report: dict, path: Path) -> None:
     labels = [f"{c['runner']}\n{c['backend'][:5]} np{c['np']} {c['compression']}\nb{c['batch_size']} "
               f"{c['model']}\n{data_label(c)}{wait_label(c)}\n{balance_label(c)}"
               f"{' compiled' if c.get('compile') == 'on' else ''}"
-              f"{' zero ' + str(c['zero']) if c.get('zero') else ''}" for c in good]
+              f"{' zero ' + str(c['zero']) if c.get('zero') else ''}"
+              f"{' T=' + str(c['tensor']) if c.get('tensor', 1) > 1 else ''}" for c in good]
     medians = [c["images_per_sec"]["median"] for c in good]
     errors = [[m - c["images_per_sec"]["min"] for m, c in zip(medians, good)],
               [c["images_per_sec"]["max"] - m for m, c in zip(medians, good)]]

@@ -16,8 +16,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -31,9 +33,10 @@ from hvdcls.data.sharding import TrainShards
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
 from hvdcls.data.workers import LoaderWorkers
+from hvdcls.errors import EXIT_USER_ERROR, UserError
 from hvdcls.files import fileio
 from hvdcls.launching import allocator, horovod_env
-from hvdcls.maths import zero
+from hvdcls.maths import tensor_parallel, zero
 from hvdcls.training import balance, memory
 
 BALANCE_SETTLE_STEPS = 15  # --balance dynamic: untimed steps for the plan to settle first
@@ -67,6 +70,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="on: training.compile (torch.compile / XLA)")
     parser.add_argument("--zero", type=int, default=0, choices=zero.LEVELS,
                         help="training.zero: 1 optimizer state sharded, 2 gradients too")
+    parser.add_argument("--tensor", type=int, default=1,
+                        help="parallel.tensor: ranks a replica (the world size a multiple of it)")
     parser.add_argument("--wait", default="auto", choices=cfg.CHOICES["horovod.wait"],
                         help="horovod.wait: how a torch rank waits for its all-reduces")
     parser.add_argument("--anatomy", type=Path, metavar="DIR",
@@ -107,7 +112,7 @@ def cell_config(args: argparse.Namespace) -> cfg.Config:
         f"horovod.powersgd.rank={args.powersgd_rank}", f"horovod.powersgd.fp16={str(args.powersgd_fp16).lower()}",
         f"horovod.powersgd.start_iter={max(0, args.warmup - 1)}",
         f"training.balance={args.balance}", f"training.compile={str(args.compile == 'on').lower()}",
-        f"training.zero={args.zero}", f"horovod.wait={args.wait}",
+        f"training.zero={args.zero}", f"horovod.wait={args.wait}", f"parallel.tensor={args.tensor}",
     ], {})
 
 
@@ -164,34 +169,45 @@ def real_batches(config: cfg.Config, backend, ctx, data: Data) -> LoaderWait:
                                                  LoaderWorkers(config.data.workers, ctx.local_size, 1).count))
 
 
-def timed_steps(backend, feed: Feed, steps: int) -> tuple[float, float | None]:
-    """(seconds, seconds waiting for the all-reduce or None) over `steps` training steps, each
-    on the feed's next batch (the wait for it counts: it is part of the step)."""
+class Timed(NamedTuple):
+    seconds: float
+    allreduce: float | None  # waiting for the gradients' all-reduce, or None (not measured)
+    tensor: float | None  # parallel.tensor: in the activations' sums within the group, or None
+
+
+def total(values: list) -> float | None:
+    """The sum, or None unless every value was measured."""
+    return None if any(v is None for v in values) else sum(values)
+
+
+def timed_steps(backend, feed: Feed, steps: int) -> Timed:
+    """Seconds over `steps` training steps, each on the feed's next batch (the wait for it
+    counts: it is part of the step), and the parts of them spent communicating."""
     waits: list[float | None] = []
+    tensor: list[float | None] = []
     started = time.perf_counter()
     for _ in range(steps):
         batch, weight = feed.next()
         step_started = time.perf_counter()
         float(backend.train_step([batch], 0.01, weight).loss)  # the value: wait for the step to finish
         waits.append(backend.allreduce_wait_seconds())
+        tensor.append((backend.communication() or {}).get("tensor_parallel_seconds_per_step"))
         feed.done(time.perf_counter() - step_started, waits[-1])
-    seconds = time.perf_counter() - started
-    measured = [w for w in waits if w is not None]
-    return seconds, (sum(measured) if len(measured) == len(waits) else None)
+    return Timed(time.perf_counter() - started, total(waits), total(tensor))
 
 
 def measured_reps(backend, feed: Feed, args: argparse.Namespace, data_wait: LoaderWait | None,
                   window=None):
-    """[(seconds, all-reduce wait, data wait or None)] per repetition, after the warm-up;
-    `window`: a context around the repetitions (the anatomy probe's)."""
+    """[(Timed, data wait or None)] per repetition, after the warm-up; `window`: a context
+    around the repetitions (the anatomy probe's)."""
     timed_steps(backend, feed, args.warmup)
     reps = []
     if data_wait is not None:
         data_wait.take()  # the warm-up's waits (loader start-up) are not measured
     with window or contextlib.nullcontext():
         for _ in range(args.reps):
-            seconds, allreduce = timed_steps(backend, feed, args.steps)
-            reps.append((seconds, allreduce, None if data_wait is None else data_wait.take()))
+            timed = timed_steps(backend, feed, args.steps)
+            reps.append((timed, None if data_wait is None else data_wait.take()))
     return reps
 
 
@@ -214,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = horovod_env.apply(config.horovod)
     backend = registry.create_backend(args.backend)
     ctx = backend.init(config)
+    # the backend's refusal (TensorFlow has no parallel.tensor yet) and the replicas, as a run's
+    layout = tensor_parallel.check_run(config.parallel.tensor, args.backend, ctx.size)
     backend.seed(0)
     if args.data == "memory":
         info = backend.build(config, 10)
@@ -228,18 +246,22 @@ def main(argv: list[str] | None = None) -> int:
         info = backend.build(config, data.num_classes)
         data_wait = real_batches(config, backend, ctx, data)
         feed = Feed(iter(data_wait))
-    first_step, _ = timed_steps(backend, feed, 1)  # with --compile on: the compile
+    first_step = timed_steps(backend, feed, 1).seconds  # with --compile on: the compile
     if args.compile == "on":
         timed_steps(backend, feed, COMPILE_SETTLE_STEPS)
     if args.balance == "dynamic":  # the plan settles before timing starts
         timed_steps(backend, feed, BALANCE_SETTLE_STEPS)
     probe = anatomy_probe(args, backend, ctx.rank)
     reps = measured_reps(backend, feed, args, data_wait, probe.window() if probe else None)
+    # one more step, untimed, counting what its forward keeps for backward (not under
+    # torch.compile, whose graphs the saved-tensor hooks would break)
+    activations = (None if args.compile == "on"
+                   else backend.saved_activation_bytes(lambda: timed_steps(backend, feed, 1)))
     # after the timed steps: the optimizer state and the gradients exist (every rank: a collective)
     mine, ranks = memory.summarise(backend)
     if ctx.is_main:
-        out = result(args, ctx, info, settings, reps, (backend.communication() or {}).get("bytes_per_step"))
-        out["first_step_seconds"] = first_step
+        out = result(args, ctx, info, settings, reps, backend.communication() or {})
+        out.update(first_step_seconds=first_step, replicas=layout.replicas, activation_bytes=activations)
         out["memory"], out["rank_memory"] = mine, ranks
         if isinstance(feed, BalancedFeed):
             out["balance"] = feed.rebalancer.balancer.summary()
@@ -247,24 +269,45 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def per_step(value: float | None, steps: int) -> float | None:
+    return None if value is None else value / steps
+
+
 def result(args: argparse.Namespace, ctx, info: dict, settings: dict, reps: list,
-           bytes_per_step: int | None) -> dict:
-    per_step = [seconds / args.steps for seconds, _, _ in reps]
+           communication: dict) -> dict:
+    step_seconds = [timed.seconds / args.steps for timed, _ in reps]
+    replicas = ctx.size // args.tensor  # a tensor group's ranks train on one batch
     out = {
         "runner": "hvdcls", "backend": args.backend, "world_size": ctx.size,
-        "threads": ctx.threads, "parameters": info["parameters"], "step_seconds": per_step,
-        "allreduce_wait_seconds": [None if wait is None else wait / args.steps for _, wait, _ in reps],
-        "images_per_sec": [args.batch_size * ctx.size / seconds for seconds in per_step],
-        "allreduce_bytes_per_step": bytes_per_step,
+        "threads": ctx.threads, "parameters": info["parameters"], "step_seconds": step_seconds,
+        "allreduce_wait_seconds": [per_step(timed.allreduce, args.steps) for timed, _ in reps],
+        "images_per_sec": [args.batch_size * replicas / seconds for seconds in step_seconds],
+        "allreduce_bytes_per_step": communication.get("bytes_per_step"),
+        "tensor": args.tensor,
+        # parallel.tensor: the activations' sums within the tensor group, per step
+        "tensor_parallel_bytes_per_step": communication.get("tensor_parallel_bytes_per_step"),
+        "tensor_parallel_seconds": [per_step(timed.tensor, args.steps) for timed, _ in reps],
         "device": args.device, "horovod_settings": settings, "versions": ctx.versions,
         "allocator": allocator.loaded(),
     }
     if args.data != "memory":  # rank 0's own wait; every rank reads the same way
-        out["data_wait_seconds"] = [wait / args.steps for _, _, wait in reps]
+        out["data_wait_seconds"] = [wait / args.steps for _, wait in reps]
         out["loader_workers"] = args.loader_workers
     return out
 
 
+def run(argv: list[str] | None = None) -> int:
+    """main, with a setting the cell's backend refuses as one line and exit 2, as hvdcls's
+    commands give it (the bench shows that line in the cell's row)."""
+    try:
+        return main(argv)
+    except UserError as error:
+        print(f"{REFUSED}{error}", file=sys.stderr)
+        return EXIT_USER_ERROR
+
+
+REFUSED = "hvdcls bench worker: error: "  # hvdcls.bench.matrix finds a refusal's line by it
+
 if __name__ == "__main__":
     allocator.reexec_with_allocator()  # as `hvdcls train` does (hvdcls/launching/allocator.py)
-    raise SystemExit(main())
+    raise SystemExit(run())

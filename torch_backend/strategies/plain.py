@@ -54,6 +54,7 @@ class Plain(Strategy):
         if replicas and replicas.layout.replicas == 1:
             self.step_bytes = 0  # parallel.tensor with one replica: nobody to average with
         self.activation_bytes = 0  # parallel.tensor: what the last step's blocks summed over the group
+        self.activation_seconds = 0.0  # and the seconds those sums took (hvdcls bench's share)
         self.optimizer = self.make(config, groups, make_optimizer)
 
     def make(self, config: Config, groups: list, make_optimizer: MakeOptimizer) -> Any:
@@ -83,7 +84,7 @@ class Plain(Strategy):
             host.scaler.step(self.optimizer)
         self.counter.add(self.step_bytes)  # Horovod sent every gradient, as configured
         if self.replicas:
-            self.activation_bytes = self.replicas.channel.take()
+            self.activation_bytes, self.activation_seconds = self.replicas.channel.take()
         return waited
 
     def _sleep_until_reduced(self) -> None:
@@ -173,6 +174,7 @@ class Plain(Strategy):
         summary = self.counter.summary()
         if self.replicas:  # parallel.tensor: the activations' sums within the group, beside
             summary["tensor_parallel_bytes_per_step"] = self.activation_bytes
+            summary["tensor_parallel_seconds_per_step"] = self.activation_seconds
         return summary
 
     def full_state(self, model: torch.nn.Module) -> Mapping[str, torch.Tensor]:
