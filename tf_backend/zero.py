@@ -45,14 +45,16 @@ IN_SHARD_FILES = "zero_shard_files"  # the checkpoint's key when every rank save
 class ShardedOptimizer:
     def __init__(self, variables: list, make_optimizer: Callable[[], keras.optimizers.Optimizer],
                  level: int, fp16: bool = False, l2: float = 0.0, clip: Optional[float] = None,
-                 buckets: Optional[list[Bucket]] = None):
-        """`buckets`: the plan's by default (zero=3 gives its blocks')."""
+                 buckets: Optional[list[Bucket]] = None, slices: Optional[list[np.ndarray]] = None):
+        """`buckets`: the plan's by default (zero=3 gives its blocks', and `slices`, the
+        shards' first values: their variables are whole nowhere by then)."""
         self.variables, self.level, self.fp16, self.l2, self.clip = variables, level, fp16, l2, clip
         self.rank, self.size = hvd.rank(), hvd.size()
         self.sizes = [int(np.prod(v.shape)) for v in variables]
         self.buckets = buckets or plan(self.sizes, self.size)
         # autocast off: zero=3 reads them inside a layer's call, where mixed precision would cast
-        self.shards = [keras.Variable(np.zeros(b.shard, np.float32), name=f"{SLICE}_{i}", autocast=False)
+        self.shards = [keras.Variable(np.zeros(b.shard, np.float32) if slices is None else slices[i],
+                                      name=f"{SLICE}_{i}", autocast=False)
                        for i, b in enumerate(self.buckets)]
         self.local = make_optimizer()
         self.local.build(self.shards)

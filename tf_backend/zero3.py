@@ -77,16 +77,25 @@ class ShardedParameters(ShardedOptimizer):
     def __init__(self, model: keras.Model, variables: list, make_optimizer: Callable[[], keras.optimizers.Optimizer],
                  l2: float = 0.0, clip: Optional[float] = None):
         self.blocks = model_blocks(model, variables, hvd.size())
-        super().__init__(variables, make_optimizer, LEVEL, l2=l2, clip=clip, buckets=[b.bucket for b in self.blocks])
-        hvd.broadcast_variables(tf_variables(variables), root_rank=0)  # Horovod: every rank cuts rank 0's
-        weights = tf_values(variables)
-        for bucket, shard in zip(self.buckets, self.shards):
-            shard.assign(self._own(bucket, weights))
-        for v in variables:
-            free(v)
+        self.rank = hvd.rank()  # _own's, before the base class sets it
+        buckets = [b.bucket for b in self.blocks]
+        slices = [self._slice_and_free(bucket, variables) for bucket in buckets]  # before the optimizer's state exists
+        super().__init__(variables, make_optimizer, LEVEL, l2=l2, clip=clip, buckets=buckets, slices=slices)
+        del slices
         layers = {layer.name: layer for layer in block_layers(model)}
         for b, block in enumerate(self.blocks):
             self._hook(layers[block.module], b)
+
+    def _slice_and_free(self, bucket, variables: list) -> np.ndarray:
+        """This rank's slice of rank 0's values of one block, whose variables then lose their
+        storage: a block at a time, so that the whole model, the broadcast's copies of it and
+        the optimizer's state never coexist (ViT-g/14 was killed here at 10.5 GB a rank)."""
+        mine = [variables[i] for i in bucket.params]
+        hvd.broadcast_variables(tf_variables(mine), root_rank=0)  # Horovod: every rank cuts rank 0's
+        owned = self._own(bucket, tf_values(variables)).numpy()
+        for v in mine:
+            free(v)
+        return owned
 
     def _hook(self, layer, b: int) -> None:
         """The layer's call (an encoder block's recomputed `block`) runs on the gathered block."""
