@@ -37,6 +37,34 @@ WAIT_NAP_SECONDS = 1e-3
 AUTO_SLEEP_ABOVE_BYTES = 16 * 2**20
 
 
+_SETS: dict[tuple[int, ...], Any] = {}  # Horovod's ProcessSet per rank tuple, made once per process
+
+
+def process_set(binding: ModuleType, ranks: tuple[int, ...], every: Iterable[tuple[int, ...]]) -> Any:
+    """Horovod's set of `ranks` (parallel.tensor's): the global one for the whole world, else
+    one made here the first time (every rank makes all of `every`, in one order: a collective;
+    the binding's init took process_sets="dynamic")."""
+    if ranks == tuple(range(binding.size())):
+        return binding.global_process_set
+    for each in every:
+        if each not in _SETS:
+            _SETS[each] = binding.add_process_set(list(each))  # Horovod
+    return _SETS[ranks]
+
+
+class TensorPlace:
+    """One rank's place in parallel.tensor's layout (hvdcls.maths.tensor_parallel.Layout) and
+    its Horovod sets; the backends' TensorParallel add their collectives."""
+
+    def __init__(self, binding: ModuleType, layout: Any, rank: int):
+        every = layout.process_sets()
+        self.layout, self.rank, self.t = layout, rank, layout.tensor_rank(rank)
+        self.group = process_set(binding, layout.group(rank), every)  # its tensor group
+        self.data_set = process_set(binding, layout.data_set(rank), every)  # the ranks holding its slices
+        self.data_root = layout.data_set(rank)[0]  # its replica-0 rank
+        self.whole: Optional[dict] = None  # rank 0 after reading a checkpoint, until it is dealt
+
+
 def waits_asleep(wait: str, gradient_bytes: int) -> bool:
     """horovod.wait (auto, sleep or spin) for a model whose gradients are `gradient_bytes`."""
     return wait == "sleep" or (wait == "auto" and gradient_bytes > AUTO_SLEEP_ABOVE_BYTES)

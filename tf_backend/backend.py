@@ -46,7 +46,18 @@ from hvdcls.errors import UserError
 from hvdcls.files import fileio
 from hvdcls.horovod_backend import HorovodBackend
 from hvdcls.maths import powersgd
-from tf_backend import compiled, data, decode, elastic, finetune, models, optimizers, recompute, sync_bn
+from tf_backend import (
+    compiled,
+    data,
+    decode,
+    elastic,
+    finetune,
+    models,
+    optimizers,
+    recompute,
+    sync_bn,
+    tensor_parallel,
+)
 from tf_backend.strategies import check_count, tf_variables, variable_bytes
 from tf_backend.weights import CHECKPOINT_FILE, load_initial_weights, refresh_normalization
 
@@ -106,6 +117,7 @@ class TensorFlowBackend(HorovodBackend):
     counter: powersgd.ByteCounter
     strategy: Any  # hvdcls.strategy: the reduction mode (tf_backend/strategies/), chosen in build
     class_weights: Optional[list[float]]  # training.class_weights (set_class_weights)
+    tensor: Optional[tensor_parallel.TensorParallel] = None  # parallel.tensor > 1: this rank's place
 
     def __init__(self):
         super().__init__(hvd, {"tensorflow": tf.__version__, "keras": keras.__version__})
@@ -146,11 +158,14 @@ class TensorFlowBackend(HorovodBackend):
             self.model = sync_bn.convert_sync_batchnorm(self.model)  # Horovod: global BN stats
         if training.activation_checkpointing:  # on the final layers, before the step is traced
             recompute.enable(self.model, config.model.name)
+        # parallel.tensor: every rank takes rank 0's whole model, then keeps its slices of the blocks
+        self.model, self.tensor = tensor_parallel.build(self.model, config)
         self.l2 = config.optimizer.weight_decay if config.optimizer.name in L2_ON_GRADIENT else 0.0
         self.clip = training.grad_clip_norm
         # the reduction mode: its optimizer, exchange and state (every rank reduces every variable)
         self.strategy = chosen(self, config, self.model.trainable_variables,
-                               lambda scales=None: make_optimizer(config, scales))
+                               lambda scales=None: make_optimizer(config, scales),
+                               **({"replicas": self.tensor} if self.tensor else {}))
         self.optimizer, self.counter = self.strategy.optimizer, self.strategy.counter
         self.smoothing = training.label_smoothing
         self.num_classes = num_classes
@@ -431,7 +446,10 @@ class TensorFlowBackend(HorovodBackend):
         self.strategy.restore(snapshot)
 
     def broadcast_state(self) -> None:
-        hvd.broadcast_variables(tf_variables(self.model.variables), root_rank=0)  # Horovod
+        if self.tensor:  # replica 0's, each rank's from the one holding its slices
+            self.tensor.broadcast(self.model.variables)
+        else:
+            hvd.broadcast_variables(tf_variables(self.model.variables), root_rank=0)  # Horovod
         self.strategy.broadcast_state()  # Horovod: the optimizer's state (ZeRO: each rank its slices)
         if self.ema is not None:
             hvd.broadcast_variables(self.ema, root_rank=0)  # Horovod: rank 0's EMA copy

@@ -54,14 +54,21 @@ class EncoderBlock(keras.layers.Layer):
         super().__init__(**kwargs)
         self.spec = spec = spec if isinstance(spec, ViT) else ViT(**spec)
         self.recompute = False  # read when the training step is traced
+        # made in this order, so that the variables come in it (the checkpoints' order)
         self.ln_1 = keras.layers.LayerNormalization(epsilon=VIT_LN_EPSILON, name="ln_1")
-        self.attention = keras.layers.MultiHeadAttention(spec.heads, spec.hidden // spec.heads,
-                                                         name="self_attention")
+        self.attention = self.make_attention(spec)
         self.ln_2 = keras.layers.LayerNormalization(epsilon=VIT_LN_EPSILON, name="ln_2")
-        mlp = {"kernel_initializer": "glorot_uniform",
+        mlp = {"kernel_initializer": "glorot_uniform",  # made per block: an initialiser holds its seed
                "bias_initializer": keras.initializers.RandomNormal(stddev=1e-6)}
-        self.mlp_1 = keras.layers.Dense(spec.mlp, activation=gelu, name="mlp_1", **mlp)
-        self.mlp_2 = keras.layers.Dense(spec.hidden, name="mlp_2", **mlp)
+        self.mlp_1, self.mlp_2 = self.make_mlp(spec, mlp)
+
+    def make_attention(self, spec: ViT) -> keras.layers.Layer:
+        """The attention (tf_backend/tensor_parallel.py makes its split one)."""
+        return keras.layers.MultiHeadAttention(spec.heads, spec.hidden // spec.heads, name="self_attention")
+
+    def make_mlp(self, spec: ViT, init: dict) -> tuple[keras.layers.Layer, keras.layers.Layer]:
+        return (keras.layers.Dense(spec.mlp, activation=gelu, name="mlp_1", **init),
+                keras.layers.Dense(spec.hidden, name="mlp_2", **init))
 
     def get_config(self) -> dict:  # as Tokens'
         return {**super().get_config(), "spec": dataclasses.asdict(self.spec)}

@@ -13,9 +13,9 @@ sum; so the data-parallel strategy needs only average each parameter over the ra
 same slice (`data_set`), one per replica.
 
 Horovod's process sets are made at run time (hvd.init(process_sets="dynamic"), HorovodBackend),
-every rank making every set in one order, once per process (`process_set`).
+every rank making every set in one order, once per process (hvdcls.horovod_backend.process_set).
 
-Mirror: none yet; TensorFlow refuses parallel.tensor > 1 (hvdcls.maths.tensor_parallel.check_run).
+Mirror: tf_backend/tensor_parallel.py.
 """
 from __future__ import annotations
 
@@ -28,24 +28,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from hvdcls.config import Config
+from hvdcls.horovod_backend import TensorPlace
 from hvdcls.maths import tensor_parallel as plan
-
-_SETS: dict[tuple[int, ...], Any] = {}  # Horovod's ProcessSet per rank tuple, made once per process
 
 
 def torch_cat(pieces: list, axis: int) -> torch.Tensor:
     return torch.cat(pieces, dim=axis)
-
-
-def process_set(ranks: tuple[int, ...], layout: plan.Layout) -> Any:
-    """Horovod's set of `ranks`: the global one for the whole world, else one made here the
-    first time (every rank makes all of `layout`'s, in one order: a collective)."""
-    if ranks == tuple(range(hvd.size())):
-        return hvd.global_process_set
-    for every in layout.process_sets():
-        if every not in _SETS:
-            _SETS[every] = hvd.add_process_set(list(every))  # Horovod
-    return _SETS[ranks]
 
 
 class Channel:
@@ -151,17 +139,12 @@ class ParallelEncoderBlock(nn.Module):
         return x + self.mlp(_CopyToGroup.apply(self.ln_2(x), self.group, f"{self.name}.mlp.grad"))
 
 
-class TensorParallel:
+class TensorParallel(TensorPlace):
     """One rank's place in parallel.tensor's layout, and what the backend asks of it."""
 
     def __init__(self, layout: plan.Layout, rank: int):
-        self.layout, self.rank = layout, rank
-        self.t = layout.tensor_rank(rank)
-        self.group = process_set(layout.group(rank), layout)
+        super().__init__(hvd, layout, rank)  # Horovod: its sets
         self.channel = Channel(self.group)  # the blocks' activations' sums
-        self.data_set = process_set(layout.data_set(rank), layout)
-        self.data_root = layout.data_set(rank)[0]  # its replica-0 rank
-        self.whole: Optional[dict] = None  # rank 0 after reading a checkpoint, until it is dealt
 
     def shard(self, model: nn.Module) -> nn.Module:
         """`model` (whole, the same on every rank) with its encoder blocks replaced by this

@@ -14,6 +14,10 @@ input columns ("row parallel": each rank's partial product, summed by one all-re
 biases of the row-split layers are added once, after that sum, so they stay whole on every
 rank; so do the LayerNorms. A checkpoint keeps the unsharded layout under torchvision's own
 keys: `split_state` cuts it for a rank, `join_states` puts the ranks' slices back.
+
+The TensorFlow ViT (tf_backend/vit.py) is cut alike under its Keras variable paths
+(`TF_RULES`): Keras' MultiHeadAttention keeps Q, K and V apart, per head, so each is cut by its
+heads axis; its Dense kernels are (in, out), the transpose of torch's.
 """
 from __future__ import annotations
 
@@ -27,11 +31,13 @@ from hvdcls.errors import UserError
 
 # torchvision's EncoderBlock: `encoder.layers.encoder_layer_N.` then one of these
 BLOCK_KEY = re.compile(r"^(?:.*\.)?encoder\.layers\.encoder_layer_\d+\.(?P<entry>.+)$")
+# tf_backend/vit.py's EncoderBlock: the Keras variable path `encoder_layer_N/` then one of TF_RULES'
+TF_BLOCK_KEY = re.compile(r"^(?:.*/)?encoder_layer_\d+/(?P<entry>.+)$")
 
 
 @dataclass(frozen=True)
 class Rule:
-    """How one weight of a block is cut: along `axis` (0: output rows, 1: input columns), in
+    """How one weight of a block is cut: along `axis` (torch's 0: output rows, 1: input columns), in
     `parts` equal consecutive parts each cut alike (3 for the fused Q, K and V), so that rank t
     takes the t-th of T pieces of every part."""
 
@@ -48,6 +54,15 @@ RULES = {
     "mlp.0.bias": COLUMN_PARALLEL,
     "mlp.3.weight": ROW_PARALLEL,  # (h, mlp): by input columns (the hidden units)
 }  # every other entry (LayerNorms, the row-split layers' biases, outside the blocks) is whole
+BY_HEADS, BY_ROWS = Rule(1), Rule(0)
+TF_RULES = {
+    **{f"self_attention/{p}/kernel": BY_HEADS for p in ("query", "key", "value")},  # (h, heads, head_dim)
+    **{f"self_attention/{p}/bias": BY_ROWS for p in ("query", "key", "value")},  # (heads, head_dim)
+    "self_attention/attention_output/kernel": BY_ROWS,  # (heads, head_dim, h): by its input heads
+    "mlp_1/kernel": Rule(1),  # (h, mlp): by hidden units
+    "mlp_1/bias": BY_ROWS,
+    "mlp_2/kernel": BY_ROWS,  # (mlp, h): by input rows (the hidden units)
+}  # as torch's: the LayerNorms and the row-split layers' biases stay whole
 
 Concatenate = Callable[[list, int], Any]  # (pieces, axis) -> one array or tensor
 
@@ -109,7 +124,18 @@ def check_heads(tensor: int, heads: int, model: str) -> None:
 def rule_of(key: str) -> Optional[Rule]:
     """How the entry `key` of a state dict is cut; None: it is whole on every rank."""
     match = BLOCK_KEY.match(key)
-    return RULES.get(match.group("entry")) if match else None
+    if match:
+        return RULES.get(match.group("entry"))
+    match = TF_BLOCK_KEY.match(key)
+    return TF_RULES.get(match.group("entry")) if match else None
+
+
+def slot_owner(name: str, paths: Sequence[str]) -> Optional[str]:
+    """The model variable (of `paths`) a Keras 3 optimizer variable named `name` is a slot of:
+    Keras names it `{path with "/" as "_"}_{slot}` (momentum, velocity); None: not a slot
+    (the iteration count, the learning rate), whole everywhere."""
+    owners = [p for p in paths if name.startswith(p.replace("/", "_") + "_")]
+    return max(owners, key=len) if owners else None
 
 
 def _piece(length: int, parts: int, tensor: int, key: str) -> int:
@@ -165,8 +191,11 @@ def split_fraction(state: dict, tensor: int) -> float:
     return held / whole
 
 
+BUILT_FOR = ("torch", "tensorflow")
+
+
 def check_run(tensor: int, backend: str, size: int) -> Layout:
     """At the run's start, on every rank (the world size known): the layout, or one line."""
-    if tensor > 1 and backend != "torch":
-        raise UserError(f"config parallel.tensor={tensor}: parallel.tensor>1 is built for the torch backend only")
+    if tensor > 1 and backend not in BUILT_FOR:
+        raise UserError(f"config parallel.tensor={tensor}: parallel.tensor>1 is built for {' and '.join(BUILT_FOR)}")
     return Layout(size, tensor)

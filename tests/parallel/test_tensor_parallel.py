@@ -1,5 +1,5 @@
 """parallel.tensor under real horovodrun: one launch of tests/tensor_step.py (np=2, T=2, one
-replica) that several tests read, and one single process refused before it trains.
+replica) a backend, torch and tensorflow, that several tests read.
 
 Must hold, for SGD with momentum and AdamW, over three steps of a small ViT: every step's loss at
 T=2 is one process's (T=1) to 1e-5; so are the weights after them, gathered into torchvision's
@@ -7,8 +7,8 @@ layout, all but the attention's key biases, whose true gradient is zero (the sof
 constant added to every key): what rounding leaves there, AdamW divides by its own size, so
 those move by up to lr a step either way (SGD: to 1e-5 too); both ranks gather the same
 weights; each rank holds half the blocks' parameter bytes (the LayerNorms and the row-split
-layers' biases stay whole: 0.506 at this width). A checkpoint saved at T=2 holds torchvision's
-keys and whole shapes; resumed at T=1 (and T=1's at T=2), a fourth step goes on as the run that
+layers' biases stay whole: 0.506 at this width). A checkpoint saved at T=2 holds T=1's keys
+and whole shapes (torchvision's, the TF ViT's); resumed at T=1 (and T=1's at T=2), a fourth step goes on as the run that
 did not stop, to the same bounds. `hvdcls train` at T=4 over the 2 ranks stops before it
 trains, with one line.
 """
@@ -27,10 +27,11 @@ pytestmark = pytest.mark.parallel
 TOLERANCE = 1e-5
 
 
-@pytest.fixture(scope="module")
-def reports(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tensor")
-    cmd, env = launch.local_job("horovodrun", NP, [sys.executable, "-m", "tests.tensor_step", str(out)])
+@pytest.fixture(scope="module", params=["torch", "tensorflow"])
+def reports(tmp_path_factory, request):
+    out = tmp_path_factory.mktemp(f"tensor-{request.param}")
+    cmd, env = launch.local_job("horovodrun", NP, [sys.executable, "-m", "tests.tensor_step", str(out),
+                                                    request.param])
     result = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     return [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(NP)]
@@ -50,7 +51,7 @@ def test_split_steps_equal_one_process(reports, case):
 def test_checkpoints_are_whole_and_resume_at_the_other_split(reports, case):
     for report in reports:
         resumed, lr = report[case]["resumed"], report[case]["lr"]
-        assert resumed["torchvision_layout"]
+        assert resumed["whole_layout"]
         assert resumed["loss"] <= TOLERANCE and resumed["weights"] <= TOLERANCE, (case, resumed)
         assert resumed["key_bias"] <= (TOLERANCE if case.startswith("sgd") else (STEPS + 1) * lr), (case, resumed)
 

@@ -47,10 +47,63 @@ def test_layout_refuses_what_does_not_divide(size, tensor):
         tp.Layout(size, tensor)
 
 
-def test_tensorflow_is_refused_at_the_start():
-    with pytest.raises(UserError, match="torch backend only"):
-        tp.check_run(2, "tensorflow", 2)
-    assert tp.check_run(1, "tensorflow", 3).replicas == 3
+def test_both_backends_are_taken_at_the_start():
+    assert tp.check_run(2, "tensorflow", 4).replicas == 2
+    assert tp.check_run(2, "torch", 2).replicas == 1
+    with pytest.raises(UserError, match="built for torch and tensorflow"):
+        tp.check_run(2, "jax", 2)
+
+
+TF_BLOCK = "encoder_layer_1/"
+
+
+def tf_block(hidden=8, heads=4, mlp=16, seed=0) -> dict:
+    """One tf_backend/vit.py EncoderBlock's variables by Keras path, and a few outside it, random."""
+    rng = np.random.default_rng(seed)
+    head = hidden // heads
+    shapes = {"ln_1/gamma": (hidden,), "self_attention/attention_output/bias": (hidden,), "mlp_1/kernel": (hidden, mlp),
+              "mlp_1/bias": (mlp,), "mlp_2/kernel": (mlp, hidden), "mlp_2/bias": (hidden,),
+              "self_attention/attention_output/kernel": (heads, head, hidden)}
+    shapes.update({f"self_attention/{p}/kernel": (hidden, heads, head) for p in ("query", "key", "value")})
+    shapes.update({f"self_attention/{p}/bias": (heads, head) for p in ("query", "key", "value")})
+    state = {TF_BLOCK + k: rng.standard_normal(s) for k, s in shapes.items()}
+    state.update({"tokens/class_token": rng.standard_normal((1, 1, hidden)),
+                  "head/kernel": rng.standard_normal((hidden, 3))})
+    return state
+
+
+def test_tf_block_is_cut_by_heads_and_units_and_its_row_layers_by_input_rows():
+    state = tf_block()
+    second = tp.split_state(state, 2, 1)
+    for p in ("query", "key", "value"):  # heads 2 and 3 of each
+        np.testing.assert_array_equal(second[f"{TF_BLOCK}self_attention/{p}/kernel"],
+                                      state[f"{TF_BLOCK}self_attention/{p}/kernel"][:, 2:])
+        np.testing.assert_array_equal(second[f"{TF_BLOCK}self_attention/{p}/bias"],
+                                      state[f"{TF_BLOCK}self_attention/{p}/bias"][2:])
+    np.testing.assert_array_equal(second[TF_BLOCK + "self_attention/attention_output/kernel"],
+                                  state[TF_BLOCK + "self_attention/attention_output/kernel"][2:])
+    np.testing.assert_array_equal(second[TF_BLOCK + "mlp_1/kernel"], state[TF_BLOCK + "mlp_1/kernel"][:, 8:])
+    np.testing.assert_array_equal(second[TF_BLOCK + "mlp_1/bias"], state[TF_BLOCK + "mlp_1/bias"][8:])
+    np.testing.assert_array_equal(second[TF_BLOCK + "mlp_2/kernel"], state[TF_BLOCK + "mlp_2/kernel"][8:])
+    for whole in ("mlp_2/bias", "ln_1/gamma", "self_attention/attention_output/bias"):
+        assert second[TF_BLOCK + whole] is state[TF_BLOCK + whole]
+    for whole in ("tokens/class_token", "head/kernel"):
+        assert second[whole] is state[whole]
+
+
+@pytest.mark.parametrize("tensor", [2, 4])
+def test_tf_split_then_join_gives_back_the_whole_block(tensor):
+    state = tf_block()
+    joined = tp.join_states([tp.split_state(state, tensor, t) for t in range(tensor)])
+    for key, value in state.items():
+        np.testing.assert_array_equal(joined[key], value)
+
+
+def test_keras_optimizer_slots_are_cut_as_their_variable():
+    paths = ["encoder_layer_1/mlp_1/kernel", "encoder_layer_11/mlp_1/kernel", "head/kernel"]
+    assert tp.slot_owner("encoder_layer_1_mlp_1_kernel_momentum", paths) == paths[0]
+    assert tp.slot_owner("encoder_layer_11_mlp_1_kernel_velocity", paths) == paths[1]
+    assert tp.slot_owner("iteration", paths) is None
 
 
 def test_qkv_split_by_heads_of_each_of_q_k_and_v():
