@@ -34,8 +34,11 @@ demo: setup
 # The Docker images the Docker suite needs are built meanwhile, in the background (their apt
 # downloads and layer writes wait on the network and the disk, not the cores); the Docker
 # tests' fixtures find them up to date, or build what a failed background build left.
+# BESIDE: parallel tests that mostly wait, run beside the single-process suites instead of after
+# them. The service's crash rounds: stand-in jobs that sleep, 20 s of CPU in its 73 s.
 TEST_WORKERS ?= 2
 SINGLE_PROCESS_SUITES := tests/unit tests/torch_backend tests/tf_backend
+BESIDE := tests/parallel/test_serve_crash.py
 test: setup lint
 	@bash tools/docker_engine.sh --try
 	@status=0; images=; mkdir -p build; \
@@ -43,12 +46,15 @@ test: setup lint
 		echo "[test] building the Docker images in the background (log: build/test-images.log)"; \
 		$(MAKE) --no-print-directory test-images >build/test-images.log 2>&1 & images=$$!; \
 	fi; \
+	echo "[test] $(BESIDE) beside the single-process suites (log: build/beside.log)"; \
+	$(PY) -m pytest --durations=3 $(BESIDE) >build/beside.log 2>&1 & beside=$$!; \
 	$(PY) -m pytest -n $(TEST_WORKERS) --durations=10 $(SINGLE_PROCESS_SUITES) || status=$$?; \
+	wait $$beside || status=$$?; cat build/beside.log; \
 	if [ -n "$$images" ]; then \
 		started=$$(date +%s); wait $$images && echo "[test] Docker images ready (waited $$(( $$(date +%s) - started )) s)" \
 			|| echo "[test] the background image build failed (build/test-images.log); the Docker tests build again"; \
 	fi; \
-	$(PY) -m pytest --durations=25 $(addprefix --ignore=,$(SINGLE_PROCESS_SUITES)) tests || status=$$?; \
+	$(PY) -m pytest --durations=25 $(addprefix --ignore=,$(SINGLE_PROCESS_SUITES) $(BESIDE)) tests || status=$$?; \
 	exit $$status
 
 # What tests/docker's fixtures use: the app image, the compose cluster's Prometheus, Slurm's.
