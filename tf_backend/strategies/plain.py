@@ -52,8 +52,8 @@ class Plain(Strategy):
         # np=2 with the sets [0] and [1] ("Process set provided does not exist, or has not been
         # registered": traced and eager, single and grouped, not the same call each time).
         self.alone = bool(replicas and replicas.layout.replicas == 1)
-        self.reduces_in_tape = not self.alone  # alone: the step takes the tape's local gradients
-        if self.alone:
+        if self.alone:  # the step takes the tape's local gradients (a subclass's own value stands otherwise)
+            self.reduces_in_tape = False
             self.step_bytes = 0
         self.activation_bytes = 0  # parallel.tensor: what the last step's blocks summed over the group
         self.optimizer = self.make(config, make_optimizer)
