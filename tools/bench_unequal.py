@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hvdcls.bench import guard, matrix
+from hvdcls.bench import guard, matrix, processes
 from hvdcls.bench.report import write_outputs
 from hvdcls.config import HorovodConfig
 from hvdcls.files import fileio
@@ -183,14 +183,14 @@ def spec(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     cluster = Cluster(args)
-    with matrix.terminate_unwinds():  # SIGTERM, Ctrl-C: the cluster is still taken down
+    with processes.terminate_unwinds():  # SIGTERM, Ctrl-C: the cluster is still taken down
         try:
             cluster.up()
             results = measure(cluster, args)
         finally:
             if not args.keep_up:
                 cluster.down()
-    report = {"machine": matrix.machine(), "spec": spec(args), "cells": results, "allreduce_sweep": None}
+    report = {"machine": processes.machine(), "spec": spec(args), "cells": results, "allreduce_sweep": None}
     args.output_dir.mkdir(parents=True, exist_ok=True)
     write_outputs(report, args.output_dir)
     fileio.write_json_atomic(args.output_dir / "bench.json", report)

@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's hvdcls first
 
-from hvdcls.bench import anatomy, anatomy_report, guard
+from hvdcls.bench import anatomy, anatomy_report, guard, processes
 from hvdcls.bench import matrix as bench
 from hvdcls.files import fileio
 from hvdcls.launching import launch
@@ -99,11 +99,11 @@ def finish(process: subprocess.Popen, timeout: float) -> int:
     try:
         return process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        bench.kill_group(process)
+        processes.kill_group(process)
         return 124
     finally:
         if process.poll() is None:
-            bench.kill_group(process)
+            processes.kill_group(process)
 
 
 def started_pids(directory: Path, ranks: int, process: subprocess.Popen, timeout: float) -> list[int]:

@@ -29,7 +29,7 @@ from typing import Optional
 
 from hvdcls import config as cfg
 from hvdcls import registry
-from hvdcls.bench import accuracy_peers, guard, matrix, to_target
+from hvdcls.bench import accuracy_peers, guard, matrix, processes, to_target
 from hvdcls.errors import UserError
 from hvdcls.files import fileio
 from hvdcls.flags import option
@@ -175,7 +175,7 @@ def run_once(cell: Cell, spec: AccuracySpec, run_dir: Path, run: int = 0) -> dic
     cmd = command(cell, spec, run_dir, run)
     with guard.CpuGuard() as watch:  # what else used the machine meanwhile
         launched = time.time()  # before the ranks start: their start-up is part of the time
-        result = matrix.launch_group(cmd, environment(cell), spec.timeout)
+        result = processes.launch_group(cmd, environment(cell), spec.timeout)
         ended = time.time()
     if result.returncode != 0 or not (run_dir / "metrics.jsonl").exists():
         tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
@@ -294,11 +294,11 @@ def run(spec: AccuracySpec, output_dir: Path, progress: bool = True) -> dict:
     validate(spec)
     todo = cells(spec)
     warm_digits_cache(todo, spec)
-    with matrix.terminate_unwinds(), tempfile.TemporaryDirectory(prefix="hvdcls-tta-") as scratch, \
+    with processes.terminate_unwinds(), tempfile.TemporaryDirectory(prefix="hvdcls-tta-") as scratch, \
             tqdm(total=len(todo) * spec.runs, desc="to accuracy", unit="run", disable=not progress,
                  file=sys.stderr) as bar:
         results = run_all(todo, spec, Path(scratch), bar)
-    report = {"kind": "to_accuracy", "machine": matrix.machine(), "spec": asdict(spec),
+    report = {"kind": "to_accuracy", "machine": processes.machine(), "spec": asdict(spec),
               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cells": results}
     output_dir.mkdir(parents=True, exist_ok=True)
     write_outputs(report, output_dir)

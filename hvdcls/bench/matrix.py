@@ -20,16 +20,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
-import platform
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import typing
 from dataclasses import asdict, dataclass, replace
-from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
@@ -37,6 +33,7 @@ from hvdcls import models, registry
 from hvdcls.backend import usable_cores
 from hvdcls.bench import data as bench_data
 from hvdcls.bench import guard, peers, sharding, slow, tensor
+from hvdcls.bench.processes import launch_group, machine, terminate_unwinds
 from hvdcls.config import Compression, HorovodConfig, Wait
 from hvdcls.errors import UserError
 from hvdcls.files import fileio
@@ -235,42 +232,6 @@ def environment(cell: Cell, spec: BenchSpec) -> dict[str, str]:
     fusion = HorovodConfig(fusion_threshold_mb=spec.fusion_threshold_mb, cycle_time_ms=spec.cycle_time_ms)
     env.update(horovod_env.variables(fusion, keys=("fusion_threshold_mb", "cycle_time_ms")))
     return env
-
-
-def kill_group(process: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-
-
-def launch_group(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    """subprocess.run in a process group of its own, killed whole (the launcher's ranks too) on
-    a timeout, which becomes exit 124, or when the bench itself is interrupted."""
-    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          start_new_session=True) as process:
-        try:
-            out, err = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            kill_group(process)
-            out, err = process.communicate()
-            return subprocess.CompletedProcess(cmd, 124, out, err + f"\ntimed out after {timeout:g} s")
-        except BaseException:
-            kill_group(process)
-            raise
-    return subprocess.CompletedProcess(cmd, process.returncode, out, err)
-
-
-@contextlib.contextmanager
-def terminate_unwinds():
-    """SIGTERM (`kill`, a batch scheduler) unwinds like Ctrl-C does: the running launch is
-    killed and the shaped-link namespaces are removed, instead of being left behind."""
-    def unwind(signum, _frame):
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, unwind)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def run_cell(cell: Cell, spec: BenchSpec, scratch: Path, hosts=None, throttle=None) -> dict:
@@ -514,23 +475,6 @@ def validate(spec: BenchSpec) -> None:
         for cell in cells(spec) if cell.runner == "hvdcls" and cell.zero and cell.tensor == 1])
     tensor.refuse_unservable([(cell, hvdcls_worker_args(replace(cell, data="memory"), spec, Path("cell.json")))
                               for cell in cells(spec) if cell.tensor > 1])
-
-
-def machine() -> dict:
-    cpu = ""
-    if Path("/proc/cpuinfo").exists():
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
-                   platform.processor())
-    versions = {}
-    for name in ("torch", "torchvision", "tensorflow-cpu", "tensorflow", "keras", "horovod", "numpy"):
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return {"hostname": platform.node(), "cpu": cpu, "cores": os.cpu_count(),
-            "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-            "python": platform.python_version(), "platform": platform.platform(), "versions": versions}
 
 
 def run(spec: BenchSpec, output_dir: Path, progress: bool = True) -> dict:
