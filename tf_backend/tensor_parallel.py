@@ -82,6 +82,14 @@ def sum_over_group(x, channel: Channel, name: str):
     return g(x)
 
 
+def summed_with_bias(layer, partial, training):
+    """A row-split layer's output: this rank's partial product summed over the group (its two
+    sums counted in training), then the bias, whole on every rank, added once."""
+    if training:
+        layer.channel.count(partial)
+    return ops.add(sum_over_group(partial, layer.channel, layer.tag), layer.bias)
+
+
 class RowParallelDense(keras.layers.Dense):
     """This rank's input rows of a Dense: its partial product summed over the group, then the
     bias, whole on every rank, added once."""
@@ -91,10 +99,7 @@ class RowParallelDense(keras.layers.Dense):
         self.channel, self.tag = channel, tag
 
     def call(self, inputs, training=None):
-        x = ops.matmul(inputs, self.kernel)
-        if training:
-            self.channel.count(x)
-        return ops.add(sum_over_group(x, self.channel, self.tag), self.bias)
+        return summed_with_bias(self, ops.matmul(inputs, self.kernel), training)
 
 
 class RowParallelEinsumDense(keras.layers.EinsumDense):
@@ -105,10 +110,7 @@ class RowParallelEinsumDense(keras.layers.EinsumDense):
         self.channel, self.tag = channel, tag
 
     def call(self, inputs, training=None):
-        x = ops.einsum(self.equation, inputs, self.kernel)
-        if training:
-            self.channel.count(x)
-        return ops.add(sum_over_group(x, self.channel, self.tag), self.bias)
+        return summed_with_bias(self, ops.einsum(self.equation, inputs, self.kernel), training)
 
 
 class ParallelAttention(keras.layers.MultiHeadAttention):

@@ -56,11 +56,10 @@ class PhasePeaks:
         self.working = _high_water_mark() is not None
 
     def restart(self) -> None:
-        """A run starts in this process (tests run several): its set-up phase from now."""
-        self.close()
+        """A run starts in this process (tests run several): its set-up phase from now, the
+        earlier runs' phases forgotten (their peaks stay in `highest`)."""
+        self.enter(SETUP)
         self.peaks = {}
-        self.working = self.working and _reset_high_water_mark()
-        self.phase = SETUP
 
     def enter(self, phase: str) -> None:
         self.close()
