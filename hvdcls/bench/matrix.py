@@ -108,7 +108,9 @@ class BenchSpec:
                                  "XLA; its compile runs in untimed steps first)")
     zeros: list[int] = option([0], flag="--zero", choices=zero.LEVELS,
                               help="training.zero of the hvdcls cells (1: optimizer state sharded, "
-                              "2: gradients too, 3: parameters too, torch); the baselines run beside zero 0 only")
+                              "2: gradients too, 3: parameters too); the baselines run beside zero 0 only")
+    activation_checkpointing: bool = option(False, help="training.activation_checkpointing in every "
+                                            "hvdcls cell (each block recomputed in backward)")
     tensors: list[int] = option([1], flag="--tensor",
                                 help="parallel.tensor of the hvdcls cells (ViTs: np/T replicas of T ranks, "
                                 "each block split over a group; a cell needs T to divide np); the "
@@ -204,7 +206,8 @@ def hvdcls_worker_args(cell: Cell, spec: BenchSpec, out: Path) -> list[str]:
     fp16_factors = ["--powersgd-fp16"] if spec.powersgd_fp16 and cell.compression == "powersgd" else []
     return ["--backend", cell.backend, *worker_args(cell, spec, out), "--balance", cell.balance,
             "--compile", cell.compile, "--zero", str(cell.zero), "--tensor", str(cell.tensor),
-            "--wait", cell.wait, *fp16_factors]
+            "--wait", cell.wait, *fp16_factors,
+            *(["--activation-checkpointing"] if spec.activation_checkpointing else [])]
 
 
 def command(cell: Cell, spec: BenchSpec, out: Path, hosts=None, throttle=None) -> list[str]:

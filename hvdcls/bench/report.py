@@ -137,13 +137,15 @@ def markdown(report: dict) -> str:
              f"{report['spec']['fusion_threshold_mb']:g} MB, cycle time {report['spec']['cycle_time_ms']:g} ms; "
              + ("hvdcls's PowerSGD all-reduces P and Q in float16 (DDP's hook: float32); "
                 if report["spec"].get("powersgd_fp16") else "") +
+             ("activation checkpointing in every hvdcls cell; "
+              if report["spec"].get("activation_checkpointing") else "") +
              "allreduce wait: share of the step spent waiting for gradients after backward "
              "(torch backend only); data: memory (one batch reused) or files read through the "
              "loader with N workers per rank; data wait: share of the step blocked waiting for "
              "the next batch; balance: training.balance and the per-rank batches it settled on; "
              "compile: training.compile (torch.compile / XLA); 1st step s: the first step, "
              "which compiles when it is on (untimed, as are the steps after it); zero: "
-             "training.zero (1: optimizer state sharded, 2: gradients too), vs zero 0 its img/s "
+             "training.zero (1: optimizer state sharded, 2: gradients too, 3: parameters too), vs zero 0 its img/s "
              "over the zero 0 cell's; wait: horovod.wait (torch; sleep: the all-reduces polled "
              "with naps, spin: Horovod's synchronize(), auto: sleep over 16 MB of gradients), "
              "vs wait spin its img/s over the spin cell's; tensor: parallel.tensor (np/T replicas of T ranks, "

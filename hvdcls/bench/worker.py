@@ -70,6 +70,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="on: training.compile (torch.compile / XLA)")
     parser.add_argument("--zero", type=int, default=0, choices=zero.LEVELS,
                         help="training.zero: 1 optimizer state sharded, 2 gradients too")
+    parser.add_argument("--activation-checkpointing", action="store_true",
+                        help="training.activation_checkpointing (blocks recomputed in backward)")
     parser.add_argument("--tensor", type=int, default=1,
                         help="parallel.tensor: ranks a replica (the world size a multiple of it)")
     parser.add_argument("--wait", default="auto", choices=cfg.CHOICES["horovod.wait"],
@@ -113,6 +115,7 @@ def cell_config(args: argparse.Namespace) -> cfg.Config:
         f"horovod.powersgd.start_iter={max(0, args.warmup - 1)}",
         f"training.balance={args.balance}", f"training.compile={str(args.compile == 'on').lower()}",
         f"training.zero={args.zero}", f"horovod.wait={args.wait}", f"parallel.tensor={args.tensor}",
+        f"training.activation_checkpointing={str(args.activation_checkpointing).lower()}",
     ], {})
 
 

@@ -45,6 +45,19 @@ def test_the_worker_turns_the_flag_into_training_zero():
         assert worker.cell_config(args).training.zero == level
 
 
+def test_activation_checkpointing_reaches_every_hvdcls_cell_and_no_baseline():
+    on = spec(zeros=[2, 3], activation_checkpointing=True)
+    for cell in bench.cells(on):
+        launch = bench.command(cell, on, bench.Path("out.json"))
+        assert ("--activation-checkpointing" in launch) == (cell.runner == "hvdcls"), launch
+    assert not any("--activation-checkpointing" in bench.command(c, spec(), bench.Path("o.json"))
+                   for c in bench.cells(spec()))  # off by default
+    args = worker.parse(["--backend", "torch", "--out", "o.json", "--activation-checkpointing"])
+    assert worker.cell_config(args).training.activation_checkpointing is True
+    default = worker.parse(["--backend", "torch", "--out", "o.json"])
+    assert worker.cell_config(default).training.activation_checkpointing is False
+
+
 def memory(opt, grad):
     return {"param_bytes": PARAMS, "grad_bytes": grad, "optimizer_state_bytes": opt,
             "peak_rss_bytes": 300_000_000}
