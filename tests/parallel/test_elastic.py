@@ -156,7 +156,7 @@ def killed_rank_zero_run(tmp_path: Path, backend: str) -> tuple[str, Path, int, 
     """The job whose rank 0 kills itself at KILL_STEP; (its output, run dir, metrics port, the
     kill's marker). Once so far (a clean-clone CI run on a loaded machine, TensorFlow), the
     survivor printed nothing more after Horovod's `background loop uncaught exception` for
-    its dead peer and the launch hung for 400 s; 25 launches here, under load, did not do it
+    its dead peer and the launch hung for 400 s; 48 launches here, under load, did not do it
     again. So a hang here is reported with where each rank stood (py-spy) and the launch made
     once more in a new folder; a second hang, or any other failure, fails the test."""
     for attempt in (1, 2):
