@@ -33,3 +33,11 @@ wait
 for c in 1 0.2; do
   hvdcls bench $common64 --np 2 --tensor 2 --cycle-time-ms $c --output-dir $out/px64-cycle$c/np2
 done
+
+# TensorFlow, 64 px, 16 images a rank, two rounds (its bench cells time the step; the group's
+# sums run inside the compiled step, so their share is not timed apart).
+commontf="--backends tensorflow --image-size 64 --batch-size 16 --compression none --no-baselines --model vit_l_16 --warmup-steps 1 --steps 2 --reps 3 --quiet"
+for round in 1 2; do
+  taskset -c 0 hvdcls bench $commontf --np 1 --tensor 1 --output-dir $out/tf-px64-round$round/np1
+  hvdcls bench $commontf --np 2 --tensor 2 --output-dir $out/tf-px64-round$round/np2
+done
