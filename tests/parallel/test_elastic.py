@@ -75,18 +75,24 @@ def finish(job: subprocess.Popen, timeout: int = 400) -> str:
 
 
 def rank_stacks(job: subprocess.Popen) -> str:
-    """py-spy's dump (Python and native frames) of every rank under the launcher."""
+    """py-spy's dump (Python and native frames) of every rank under the launcher, each cut to
+    its first 6,000 characters: the main thread comes first, TensorFlow's pools after it."""
     spy = Path(sys.executable).with_name("py-spy")
     dumps = []
-    for rank in psutil.Process(job.pid).children(recursive=True):
+    try:
+        ranks = psutil.Process(job.pid).children(recursive=True)
+    except psutil.Error:
+        ranks = []
+    for rank in ranks:
         try:
             if "hvdcls" not in rank.cmdline() or "train" not in rank.cmdline():
                 continue
-        except psutil.Error:
+            dump = subprocess.run([str(spy), "dump", "--native", "--pid", str(rank.pid)],
+                                  capture_output=True, text=True, timeout=120)
+        except (psutil.Error, OSError, subprocess.TimeoutExpired) as err:
+            dumps.append(f"--- rank process {rank.pid}: no dump ({err})")
             continue
-        dump = subprocess.run([str(spy), "dump", "--native", "--pid", str(rank.pid)],
-                              capture_output=True, text=True, timeout=120)
-        dumps.append(f"--- rank process {rank.pid}:\n{dump.stdout[-6000:]}{dump.stderr[-500:]}")
+        dumps.append(f"--- rank process {rank.pid}:\n{dump.stdout[:6000]}{dump.stderr[-500:]}")
     return "\n".join(dumps) or "(no rank process left to dump)"
 
 
