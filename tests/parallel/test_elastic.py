@@ -64,14 +64,23 @@ def start(tmp_path: Path, backend: str, np: int, min_np: int, hosts: str, *args:
 
 
 def finish(job: subprocess.Popen, timeout: int = 400) -> str:
+    output, hang = ended(job, timeout)
+    if hang:
+        pytest.fail(hang)
+    return output
+
+
+def ended(job: subprocess.Popen, timeout: int) -> tuple[str, str]:
+    """(output, "") once the job ends; past `timeout`, (what it printed, a report of the hang
+    with where each rank waited, taken before the kill)."""
     try:
         output, _ = job.communicate(timeout=timeout)
+        return output, ""
     except subprocess.TimeoutExpired:
-        where = rank_stacks(job)  # before the kill: where each rank waits
+        where = rank_stacks(job)
         job.kill()
         output, _ = job.communicate()
-        pytest.fail(f"no end within {timeout} s (hang):\n{output[-3000:]}\n{where}")
-    return output
+        return output, f"no end within {timeout} s (hang):\n{output[-3000:]}\n{where}"
 
 
 def rank_stacks(job: subprocess.Popen) -> str:
@@ -172,16 +181,11 @@ def killed_rank_zero_run(tmp_path: Path, backend: str) -> tuple[str, Path, int, 
         port = free_port()
         job, out, _ = start(folder, backend, 2, 1, TWO_HOSTS, f"output.metrics_port={port}",
                             "output.progress=lines", env=hook, quiet=False)
-        try:
-            output, _ = job.communicate(timeout=KILLED_RUN_BOUND)
-        except subprocess.TimeoutExpired:
-            where = rank_stacks(job)
-            job.kill()
-            output, _ = job.communicate()
-            report = f"no end within {KILLED_RUN_BOUND} s (hang):\n{output[-3000:]}\n{where}"
-            if attempt == 2:
-                pytest.fail(report)
-            warnings.warn(f"launched again after a hang: {report}", stacklevel=2)
+        output, hang = ended(job, KILLED_RUN_BOUND)
+        if hang and attempt == 2:
+            pytest.fail(hang)
+        if hang:
+            warnings.warn(f"launched again after a hang: {hang}", stacklevel=2)
             continue
         assert job.returncode == 0, output[-4000:]
         return output, out, port, marker
