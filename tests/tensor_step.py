@@ -28,8 +28,11 @@ os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"  # before the first hvd.init():
 VIT_TEST = "vit_test_4"
 models.VIT[VIT_TEST] = models.ViT(4, 64, 2, 4, 128)  # patch, hidden, layers, heads, mlp
 SIDE, CLASSES, BATCH, STEPS = 16, 10, 8, 3
-CASES = {  # name: (overrides, lr)
-    "sgd_momentum": (["optimizer.name=sgd", "optimizer.momentum=0.9", "optimizer.weight_decay=1e-4"], 0.1),
+# name: (overrides, lr). torch's tensor group waits for its sums in Horovod's synchronize() under
+# horovod.wait=spin (the SGD case) and polls asleep under auto (AdamW's): both held to the same bounds.
+CASES = {
+    "sgd_momentum": (["optimizer.name=sgd", "optimizer.momentum=0.9", "optimizer.weight_decay=1e-4",
+                      "horovod.wait=spin"], 0.1),
     "adamw": (["optimizer.name=adamw", "optimizer.weight_decay=0.05"], 1e-3),
 }
 

@@ -28,8 +28,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from hvdcls.config import Config
-from hvdcls.horovod_backend import TensorPlace
+from hvdcls.horovod_backend import TensorPlace, sleep_until_done
 from hvdcls.maths import tensor_parallel as plan
+
+# The nap between two polls of a tensor group's all-reduce while a rank sleeps through it: the
+# activations' sums are small and many (four a block and step), so shorter than the gradients'
+# (0.1 and 1 ms measured alike: benchmarks/results/2026-12-07-tensor-wait).
+TENSOR_NAP_SECONDS = 1e-4
 
 
 def torch_cat(pieces: list, axis: int) -> torch.Tensor:
@@ -39,15 +44,21 @@ def torch_cat(pieces: list, axis: int) -> torch.Tensor:
 class Channel:
     """The tensor group's sums of activations and of their gradients, with the bytes they sent
     and the seconds spent in them (the strategy reports both per step beside the gradients').
-    The all-reduce blocks: its seconds include waiting for the slowest rank of the group."""
+    The all-reduce blocks: its seconds include waiting for the slowest rank of the group.
+    `asleep` (horovod.wait: auto and sleep; spin does not): poll and nap while it runs instead of
+    Horovod's synchronize(), whose loop on `yield` takes the core from the threads that do the
+    sum (Horovod's and Gloo's) when ranks outnumber cores."""
 
-    def __init__(self, process_set: Any):
-        self.process_set, self.sent, self.seconds = process_set, 0, 0.0
+    def __init__(self, process_set: Any, asleep: bool = False):
+        self.process_set, self.asleep, self.sent, self.seconds = process_set, asleep, 0, 0.0
 
     def allreduce(self, x: torch.Tensor, name: str) -> torch.Tensor:
         self.sent += x.numel() * x.element_size()
         started = time.perf_counter()
-        summed = hvd.allreduce(x.contiguous(), op=hvd.Sum, name=name, process_set=self.process_set)  # Horovod
+        handle = hvd.allreduce_async(x.contiguous(), op=hvd.Sum, name=name, process_set=self.process_set)  # Horovod
+        if self.asleep:
+            sleep_until_done([handle], hvd.poll, TENSOR_NAP_SECONDS)
+        summed = hvd.synchronize(handle)
         self.seconds += time.perf_counter() - started
         return summed
 
@@ -142,9 +153,9 @@ class ParallelEncoderBlock(nn.Module):
 class TensorParallel(TensorPlace):
     """One rank's place in parallel.tensor's layout, and what the backend asks of it."""
 
-    def __init__(self, layout: plan.Layout, rank: int):
+    def __init__(self, layout: plan.Layout, rank: int, asleep: bool = False):
         super().__init__(hvd, layout, rank)  # Horovod: its sets
-        self.channel = Channel(self.group)  # the blocks' activations' sums
+        self.channel = Channel(self.group, asleep)  # the blocks' activations' sums
 
     def shard(self, model: nn.Module) -> nn.Module:
         """`model` (whole, the same on every rank) with its encoder blocks replaced by this
@@ -267,5 +278,6 @@ def build(model: nn.Module, config: Config) -> tuple[nn.Module, Optional[TensorP
     if config.parallel.tensor == 1:
         return model, None
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # Horovod
-    parallel = TensorParallel(plan.Layout(hvd.size(), config.parallel.tensor), hvd.rank())
+    parallel = TensorParallel(plan.Layout(hvd.size(), config.parallel.tensor), hvd.rank(),
+                              config.horovod.wait != "spin")
     return parallel.shard(model), parallel
