@@ -35,7 +35,7 @@ import tensorflow as tf
 
 from hvdcls.errors import UserError
 from hvdcls.files import fileio
-from hvdcls.maths.zero import Bucket, fill_from, find_shards, plan, shard_file_name
+from hvdcls.maths.zero import Bucket, fill_from, find_shards, own_shard, plan, shard_file_name
 
 SLICE = "zero_slice"
 SHARD_SUFFIX = ".npz"
@@ -188,11 +188,12 @@ class ShardedOptimizer:
         """`rank`'s slices of `buckets` (at their world size), by write_shard()'s names, from the
         shard files every rank of the saving run wrote: its own at the same world size (bit-
         identical), else the overlapping parts of each old slice, one file at a time."""
+        own = own_shard(directory, SHARD_SUFFIX, rank, buckets[0].world)
+        if own is not None:
+            return self._read_shard(own, buckets)
         files = find_shards(directory, SHARD_SUFFIX)
         if files is None:
             raise UserError(f"checkpoint {directory}: training.zero shard files expected, none found")
-        if len(files) == buckets[0].world:
-            return self._read_shard(files[rank], buckets)
         out: dict[str, np.ndarray] = {}
         for source, path in enumerate(files):
             old = self._read_shard(path, buckets)

@@ -34,7 +34,7 @@ import torch
 from hvdcls.errors import UserError
 from hvdcls.files import fileio
 from hvdcls.horovod_backend import sleep_until_done
-from hvdcls.maths.zero import BUCKET_ELEMENTS, Bucket, fill_from, find_shards, plan, shard_file_name
+from hvdcls.maths.zero import BUCKET_ELEMENTS, Bucket, fill_from, find_shards, own_shard, plan, shard_file_name
 
 MakeOptimizer = Callable[[list], torch.optim.Optimizer]
 SHARD_SUFFIX = ".pt"
@@ -379,11 +379,12 @@ def read_shards(directory: Path, buckets: list[Bucket], rank: int) -> dict:
     saving run wrote: "optimizer", the local optimizer's state_dict, and "params" where zero=3
     wrote them. Its own file at the same world size (bit-identical), else the overlapping parts
     of each old slice, one file at a time."""
+    own = own_shard(directory, SHARD_SUFFIX, rank, buckets[0].world)
+    if own is not None:
+        return _read_shard(own, buckets)
     files = find_shards(directory, SHARD_SUFFIX)
     if files is None:
         raise UserError(f"checkpoint {directory}: training.zero shard files expected, none found")
-    if len(files) == buckets[0].world:
-        return _read_shard(files[rank], buckets)
     state: dict = {}
     groups = None
     params: Optional[list[torch.Tensor]] = None

@@ -105,12 +105,22 @@ def check_level(zero: int) -> None:
 # to one file in the checkpoint directory, so no rank ever holds the whole state (AdamW's for
 # ViT-H/14 is 5 GB). The buckets do not depend on the world size (only their padding does), so
 # a resume at another world size rebuilds each new slice from the old slices it overlaps.
+# Hosts that share no filesystem each keep their own ranks' files (the Trainer's host copies):
+# enough to resume at the same world size; the re-cut and consolidation need every file.
 
 SHARD_PREFIX = "zero-shard-"
 
 
 def shard_file_name(rank: int, world: int, suffix: str) -> str:
     return f"{SHARD_PREFIX}{rank:05d}-of-{world:05d}{suffix}"
+
+
+def own_shard(directory: Path, suffix: str, rank: int, world: int) -> Optional[Path]:
+    """`rank`'s own file at world size `world`, where the checkpoint holds it: all that rank
+    reads to resume at the same world size (bit-identical), and on a host that shares no
+    filesystem with rank 0 the one file there may be."""
+    path = directory / shard_file_name(rank, world, suffix)
+    return path if path.is_file() else None
 
 
 def find_shards(directory: Path, suffix: str) -> Optional[list[Path]]:
@@ -127,7 +137,8 @@ def find_shards(directory: Path, suffix: str) -> Optional[list[Path]]:
     if len(worlds) > 1 or missing:
         raise UserError(f"checkpoint {directory}: its training.zero shard files do not make one set "
                         f"(missing: {', '.join(missing) or 'none'}; world sizes: "
-                        f"{', '.join(map(str, sorted(worlds)))})")
+                        f"{', '.join(map(str, sorted(worlds)))}; where the saving hosts shared no "
+                        "filesystem, copy every host's zero-shard files of it into this directory)")
     return expected
 
 

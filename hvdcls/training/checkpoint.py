@@ -93,6 +93,21 @@ def sees(tmp: Optional[str], token: Optional[str]) -> bool:
         return False
 
 
+def host_copy(checkpoints_dir: Path, epoch: int, keep: int) -> Path:
+    """A rank that cannot see rank 0's temporary directory (its host shares no filesystem with
+    rank 0's): this host's own directory of checkpoint `epoch`'s name, where it writes its
+    training.zero shard. The rest of the checkpoint (state.json, the other hosts' shards) lies
+    on the other hosts, so it is never listed here as a checkpoint; the copies older than the
+    newest `keep` go first (0 keeps all), as rank 0's commit() drops its old checkpoints."""
+    final = checkpoints_dir / checkpoint_name(epoch)
+    if keep > 0 and checkpoints_dir.is_dir():
+        older = sorted(p for p in checkpoints_dir.glob(f"{PREFIX}*") if p.is_dir() and p.name < final.name)
+        for old in older[:max(0, len(older) - (keep - 1))]:
+            shutil.rmtree(old, ignore_errors=True)
+    final.mkdir(parents=True, exist_ok=True)
+    return final
+
+
 def remove_leftovers(checkpoints_dir: Path) -> None:
     """Temporary directories of writers that were killed mid-write: rank 0 is the only writer
     of a run directory, so any still there when it starts a write belongs to a dead process."""

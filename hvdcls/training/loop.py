@@ -169,7 +169,7 @@ class Trainer:
         # at; an elastic attempt sets it, as its world's steps since the epoch began are not
         # the run's.
         self.step_origin = 0
-        self.warned_unshared = False  # training.zero: said once that shards cannot be saved per rank
+        self.warned_unshared = False  # training.zero: said once that some rank writes its shard on its own host
         self.lr_at = schedule.build(config.optimizer, config.schedule, world_size=self.replicas,
                                     backward_passes=self.passes,
                                     steps_per_epoch=self.steps_per_epoch,
@@ -370,7 +370,7 @@ class Trainer:
         self.phases.enter(CHECKPOINTING)
         self.monitor.phase(status_file.CHECKPOINTING)
         tmp = checkpoint.begin(self.outputs.checkpoints_dir, epochs_done) if self.ctx.is_main else None
-        shard_dir = self.shard_directory(tmp) if self.config.training.zero else None
+        shard_dir = self.shard_directory(tmp, epochs_done) if self.config.training.zero else None
         self.backend.prepare_checkpoint(shard_dir)  # every rank: it may be a collective
         if shard_dir is not None:  # every rank's shard is written before rank 0 renames the directory
             self.backend.allreduce_sum([0.0], "checkpoint_shards_written")
@@ -386,17 +386,19 @@ class Trainer:
         path = checkpoint.commit(tmp, epochs_done, state, self.backend.save, self.config.output.keep_checkpoints)
         self.monitor.note(f"checkpoint {path}")
 
-    def shard_directory(self, tmp: Optional[Path]) -> Optional[Path]:
-        """Rank 0's temporary checkpoint directory when every rank sees it (a collective): then
-        each writes its training.zero shard there; else rank 0 gathers the whole state (and
-        needs the memory for it), as on hosts that share no filesystem."""
+    def shard_directory(self, tmp: Optional[Path], epochs_done: int) -> Path:
+        """Where this rank writes its training.zero shard (a collective): rank 0's temporary
+        checkpoint directory where it sees it (one filesystem); else its own host's copy of the
+        checkpoint's directory, as on hosts that share no filesystem. No rank gathers the state."""
         token = checkpoint.mark_shared(tmp) if tmp is not None else None
         path, token = self.backend.broadcast_object((str(tmp) if tmp else None, token), "checkpoint_dir")
-        seen = self.backend.allreduce_sum([1.0 if checkpoint.sees(path, token) else 0.0], "checkpoint_shared")
-        if seen[0] < self.ctx.size:
-            if not self.warned_unshared:
-                self.monitor.note(f"training.zero: {self.ctx.size - int(seen[0])} rank(s) cannot see rank 0's "
-                                  "checkpoint directory; the optimizer state is gathered to rank 0 to save it")
-                self.warned_unshared = True
-            return None
-        return Path(path)
+        sees = checkpoint.sees(path, token)
+        seen = self.backend.allreduce_sum([1.0 if sees else 0.0], "checkpoint_shared")
+        if seen[0] < self.ctx.size and not self.warned_unshared:
+            self.monitor.note(f"training.zero: {self.ctx.size - int(seen[0])} rank(s) cannot see rank 0's "
+                              "checkpoint directory; each writes its shard into its own host's copy of it "
+                              "(docs/training.md: hosts that share no filesystem)")
+            self.warned_unshared = True
+        if sees:
+            return Path(path)
+        return checkpoint.host_copy(self.outputs.checkpoints_dir, epochs_done, self.config.output.keep_checkpoints)

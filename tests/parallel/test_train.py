@@ -28,9 +28,11 @@ EXPECTED_ALLOCATOR = "tcmalloc" if ctypes.util.find_library("tcmalloc_minimal") 
 NO_PICTURES = ("output.report=false", "output.tensorboard=false")
 
 
-def train(launcher: str, np: int, backend: str, out: Path, *args: str, timeout: int = 400):
-    command = launch.hvdcls_command("train", "--backend", backend, "--config", DIGITS,
-                                    "--output-dir", str(out), *args)
+def train(launcher: str, np: int, backend: str, out: Path, *args: str, timeout: int = 400,
+          wrapper: tuple[str, ...] = ()):
+    """`hvdcls train` on the digits, each rank's command behind `wrapper` (tests/host_apart.sh)."""
+    command = [*wrapper, *launch.hvdcls_command("train", "--backend", backend, "--config", DIGITS,
+                                                "--output-dir", str(out), *args)]
     if launcher == "plain":
         cmd, env = command, launch.single_host_env()
     else:

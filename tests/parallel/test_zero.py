@@ -9,6 +9,7 @@ optimizer state is half of zero=0's (zero=2: the gradients too; zero=3: the para
 gradients and optimizer state together, 0.50x zero=0's at np=2, whose every rank holds the whole).
 """
 import json
+import shutil
 import subprocess
 import sys
 
@@ -22,6 +23,7 @@ from tests.zero_step import CASES
 pytestmark = pytest.mark.parallel
 BACKENDS = ["torch", "tensorflow"]
 TOLERANCE = 1e-6
+WEIGHTS = {"torch": ".safetensors", "tensorflow": ".npz"}  # what `hvdcls checkpoint consolidate` writes
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -74,34 +76,64 @@ def test_memory_halves_at_two_ranks(reports, case):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_trainer_saves_each_ranks_shard_and_resumes_at_another_world_size(backend, tmp_path):
-    """`hvdcls train` at np=2 with training.zero=3: every rank writes its slices (parameters and
-    optimizer state) beside rank 0's checkpoint (one filesystem here), no rank gathers the state;
-    `hvdcls checkpoint consolidate` writes the weights the run's gather digested (torch: the
-    digest itself), `hvdcls evaluate` reads the sharded run to the run's validation accuracy,
-    and bad input is one line; one process resumes from the two shards."""
-    out, resumed = tmp_path / "run", tmp_path / "resumed"
-    train("horovodrun", NP, backend, out, "--epochs", "2", "training.zero=3", "optimizer.name=adamw",
-          "optimizer.lr=0.002", "output.checkpoint_every=1", *NO_PICTURES)
+    """`hvdcls train` at np=2 with training.zero=3, a checkpoint every epoch (2 kept): every rank
+    writes its slices (parameters and optimizer state) and no rank gathers the state.
+    TensorFlow's ranks share one filesystem: both shards lie beside rank 0's checkpoint. torch's
+    rank 1 runs on a "host" of its own (tests/host_apart.sh: its own view of the run directory):
+    each side holds its own shard of every kept checkpoint; np=2 resumes from them and repeats
+    the uninterrupted run's third epoch; consolidating before the shards are brought together
+    is one line naming the missing file. Then, one directory: `hvdcls checkpoint consolidate`
+    writes the weights the run's gather digested (torch: the digest itself), `hvdcls evaluate`
+    reads the sharded run to the run's validation accuracy, bad input is one line, and one
+    process resumes from the two shards."""
+    out, resumed, apart = tmp_path / "run", tmp_path / "resumed", tmp_path / "host-b"
+    wrapper = ("sh", str(REPO / "tests" / "host_apart.sh"), str(apart), str(out)) if backend == "torch" else ()
+    for directory in (out, apart):
+        directory.mkdir()
+    zero3 = ("training.zero=3", "optimizer.name=adamw", "optimizer.lr=0.002", *NO_PICTURES)
+    first = train("horovodrun", NP, backend, out, "--epochs", "3", *zero3, "output.checkpoint_every=1",
+                  wrapper=wrapper)
     suffix = ".pt" if backend == "torch" else ".npz"
-    for epoch in (1, 2):
-        checkpoint = out / "checkpoints" / f"epoch-{epoch:04d}"
-        assert sorted(p.name for p in checkpoint.iterdir() if p.name.startswith("zero-")) == \
-            [f"zero-shard-0000{r}-of-00002{suffix}" for r in range(NP)]
-        assert not [p.name for p in checkpoint.iterdir() if p.name.startswith(".")]  # no marker, no temporary
+    shards = [f"zero-shard-0000{r}-of-00002{suffix}" for r in range(NP)]
+    for epoch in (2, 3):
+        name = f"epoch-{epoch:04d}"
+        here = sorted(p.name for p in (out / "checkpoints" / name).iterdir() if p.name.startswith(("zero-", ".")))
+        assert here == (shards[:1] if wrapper else shards)  # no marker, no temporary
+        if wrapper:  # rank 1's host: its shard alone, of the kept checkpoints alone
+            assert sorted(p.name for p in (apart / "checkpoints").iterdir()) == ["epoch-0002", "epoch-0003"]
+            assert sorted(p.name for p in (apart / "checkpoints" / name).iterdir()) == shards[1:]
+    if wrapper:
+        assert "cannot see rank 0's checkpoint directory" in first.stdout + first.stderr
+        same_size = tmp_path / "same-size"
+        train("horovodrun", NP, backend, same_size, "--epochs", "3", *zero3, "--resume",
+              str(out / "checkpoints" / "epoch-0002"), wrapper=wrapper)
+        repeated_the_third_epoch(read_metrics(out), read_metrics(same_size))  # from each host's own shard
+        missing = cli("checkpoint", "consolidate", str(out), "-o", str(tmp_path / f"w{WEIGHTS[backend]}"), code=2)
+        assert len(missing.stderr.strip().splitlines()) == 1 and shards[1] in missing.stderr, missing.stderr
+        for epoch in ("epoch-0002", "epoch-0003"):  # what docs/training.md says to do: copy them together
+            shutil.copy(apart / "checkpoints" / epoch / shards[1], out / "checkpoints" / epoch)
     consolidated_and_evaluated(backend, out, tmp_path)
-    result = train("plain", 1, backend, resumed, "--epochs", "3", "training.zero=3", "optimizer.name=adamw",
-                   "optimizer.lr=0.002", "--resume", str(out / "checkpoints" / "epoch-0002"), *NO_PICTURES)
+    result = train("plain", 1, backend, resumed, "--epochs", "4", *zero3, "--resume",
+                   str(out / "checkpoints" / "epoch-0003"))
     assert "resumed from" in result.stdout + result.stderr
     original, again = read_metrics(out), read_metrics(resumed)
-    assert [r["epoch"] for r in again] == [1, 2, 3] and again[:2] == original
-    assert again[2]["train_loss"] < original[1]["train_loss"]  # it trains on from the re-cut state
+    assert [r["epoch"] for r in again] == [1, 2, 3, 4] and again[:3] == original
+    assert again[3]["train_loss"] < original[2]["train_loss"]  # it trains on from the re-cut state
+
+
+def repeated_the_third_epoch(original: list, again: list) -> None:
+    """As test_train's resume: the history carried over, epoch 3 trained again alike."""
+    assert [r["epoch"] for r in again] == [1, 2, 3] and again[:2] == original[:2]
+    for key in ("train_loss", "val_loss", "lr"):
+        assert again[2][key] == pytest.approx(original[2][key], rel=1e-4, abs=1e-6), key
+    assert abs(again[2]["val_accuracy"] - original[2]["val_accuracy"]) <= 1 / 359
 
 
 def consolidated_and_evaluated(backend: str, out, tmp_path) -> None:
     from hvdcls.backend import weights_digest
 
     summary = json.loads((out / "summary.json").read_text())
-    whole = tmp_path / ("whole.safetensors" if backend == "torch" else "whole.npz")
+    whole = tmp_path / f"whole{WEIGHTS[backend]}"
     cli("checkpoint", "consolidate", str(out), "-o", str(whole))
     if backend == "torch":  # TensorFlow's digest names Keras' process-numbered paths: tests/cases/consolidate.py
         from safetensors.numpy import load_file

@@ -200,3 +200,16 @@ def test_a_killed_writers_temporary_directory_is_hidden_then_removed(tmp_path):
     assert checkpoint.resolve(run) == run / "checkpoints" / "epoch-0001"
     save(run, 2)
     assert listing(run / "checkpoints") == ["epoch-0001", "epoch-0002"]
+
+
+@pytest.mark.parametrize("keep, kept", [(2, ["epoch-0002", "epoch-0003"]), (0, ["epoch-0001", "epoch-0002", "epoch-0003"])])
+def test_a_host_copy_keeps_what_rank_0_keeps(tmp_path, keep, kept):
+    """A rank on a host that cannot see rank 0's directory writes its shard into its own copy of
+    the checkpoint's directory, dropping its older copies as rank 0's commit() drops checkpoints."""
+    directory = tmp_path / "checkpoints"
+    for epoch in (1, 2, 3):
+        path = checkpoint.host_copy(directory, epoch, keep)
+        assert path == directory / checkpoint.checkpoint_name(epoch) and path.is_dir()
+        (path / "zero-shard-00001-of-00002.pt").touch()
+    assert sorted(p.name for p in directory.iterdir()) == kept
+    assert checkpoint.list_checkpoints(directory) == []  # never a checkpoint here: no state.json

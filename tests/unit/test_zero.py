@@ -86,6 +86,18 @@ def test_shard_files_make_one_set_or_a_one_line_error(tmp_path):
         zero_partition.find_shards(tmp_path, ".pt")
 
 
+def test_a_rank_at_the_same_world_size_reads_its_own_file_alone(tmp_path):
+    """A host that shares no filesystem with rank 0 keeps only its own ranks' files: enough at
+    the same world size; anything else needs the whole set, and says how to bring it together."""
+    name = zero_partition.shard_file_name
+    (tmp_path / name(1, 2, ".pt")).touch()
+    assert zero_partition.own_shard(tmp_path, ".pt", 1, 2) == tmp_path / name(1, 2, ".pt")
+    assert zero_partition.own_shard(tmp_path, ".pt", 0, 2) is None
+    assert zero_partition.own_shard(tmp_path, ".pt", 1, 3) is None  # another world size: re-cut from all
+    with pytest.raises(UserError, match="missing: zero-shard-00000-of-00002.pt.*copy every host's"):
+        zero_partition.find_shards(tmp_path, ".pt")
+
+
 def test_level_outside_0_to_3_is_one_line():
     for good in (0, 1, 2, 3):
         zero_partition.check_level(good)

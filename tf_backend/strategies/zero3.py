@@ -68,8 +68,8 @@ class Zero3(Zero):
 
     def prepare_checkpoint(self, shard_dir: Optional[Path] = None) -> None:
         if shard_dir is None:
-            raise UserError("training.zero=3: some rank cannot see rank 0's checkpoint directory, and zero=3 "
-                            "writes each rank's parameter slices there; give every rank one filesystem")
+            raise ValueError("training.zero=3 never gathers: each rank writes its slices into the directory "
+                             "the Trainer gives it (rank 0's, or its own host's copy)")
         self.sharded.write_shard(shard_dir)  # the parameters' slices and the optimizer's
 
     def save_state(self, state: dict) -> None:

@@ -81,8 +81,8 @@ class Zero3(Plain):
 
     def prepare_checkpoint(self, shard_dir: Optional[Path] = None) -> None:
         if shard_dir is None:
-            raise UserError("training.zero=3: some rank cannot see rank 0's checkpoint directory, and zero=3 "
-                            "writes each rank's parameter slices there; give every rank one filesystem")
+            raise ValueError("training.zero=3 never gathers: each rank writes its slices into the directory "
+                             "the Trainer gives it (rank 0's, or its own host's copy)")
         zero.write_shard(shard_dir, {"numels": [b.bucket.numel for b in self.sharded.blocks],
                                      "params": [s.detach() for s in self.sharded.shards],
                                      "optimizer": self.optimizer.state_dict()})
