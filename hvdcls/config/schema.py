@@ -319,7 +319,7 @@ class ParallelConfig:
 
     # Tensor (feature-map) parallelism, Megatron-LM's split of the ViTs' encoder blocks: T
     # consecutive ranks share each block's heads and MLP units and read the same batches; the
-    # np / T replicas average their gradients as data parallelism does. 1: off. torch only.
+    # np / T replicas average their gradients as data parallelism does. 1: off. Both backends.
     tensor: int = 1
 
 
