@@ -4,7 +4,8 @@ which weight is cut how), the collectives over Horovod process sets.
 
 Megatron's two operators bracket each sub-layer (attention, MLP): `f` before the column-split
 layer is the identity forward and sums the input's gradient over the group backward (each rank
-saw only its heads' or units' share of it); `g` after the row-split layer sums the ranks'
+saw only its heads' or units' share of it; here fused with that layer, so that the sum runs
+while the layer's weight gradients are computed); `g` after the row-split layer sums the ranks'
 partial outputs forward and passes the gradient through backward. One all-reduce of the
 activations forward and one backward per sub-layer. Everything else (the patch embedding, the
 class token, the positions, the LayerNorms, the head) is whole on every rank of a group and
@@ -53,9 +54,16 @@ class Channel:
         self.process_set, self.asleep, self.sent, self.seconds = process_set, asleep, 0, 0.0
 
     def allreduce(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        return self.finish(self.start(x, name))
+
+    def start(self, x: torch.Tensor, name: str) -> Any:
+        """The sum of `x` over the group, started; finish() waits for it."""
         self.sent += x.numel() * x.element_size()
+        return hvd.allreduce_async(x.contiguous(), op=hvd.Sum, name=name, process_set=self.process_set)  # Horovod
+
+    def finish(self, handle: Any) -> torch.Tensor:
+        """The sum start() began; only the time spent waiting for it counts as the sums'."""
         started = time.perf_counter()
-        handle = hvd.allreduce_async(x.contiguous(), op=hvd.Sum, name=name, process_set=self.process_set)  # Horovod
         if self.asleep:
             sleep_until_done([handle], hvd.poll, TENSOR_NAP_SECONDS)
         summed = hvd.synchronize(handle)
@@ -69,17 +77,40 @@ class Channel:
         return taken
 
 
-class _CopyToGroup(torch.autograd.Function):
-    """Megatron's f: identity forward, the gradient summed over the tensor group backward."""
+class _ColumnLinear(torch.autograd.Function):
+    """Megatron's f and the column-split Linear after it, in one: forward `x W^T + b` (f is the
+    identity); backward the input's gradient is summed over the tensor group while this rank
+    computes the weight's and bias's gradients, which do not need the sum, so that the sum's
+    wait hides behind them (autograd's Linear computes all three before f could start it)."""
 
     @staticmethod
-    def forward(ctx, x, group, name):
+    def forward(ctx, x, weight, bias, group, name):
+        ctx.save_for_backward(x, weight)
         ctx.group, ctx.name = group, name
-        return x.view_as(x)
+        return F.linear(x, weight, bias)
 
     @staticmethod
     def backward(ctx, grad):
-        return ctx.group.allreduce(grad, ctx.name), None, None
+        x, weight = ctx.saved_tensors
+        # under autocast the forward's product ran in grad's dtype: the gradients do too
+        grad_x = grad.matmul(weight.to(grad.dtype)).to(x.dtype)
+        pending = ctx.group.start(grad_x, ctx.name)
+        rows = grad.reshape(-1, grad.shape[-1])
+        grad_w = rows.t().mm(x.reshape(-1, x.shape[-1]).to(grad.dtype)) if ctx.needs_input_grad[1] else None
+        grad_b = rows.sum(0) if ctx.needs_input_grad[2] else None
+        return ctx.group.finish(pending), grad_w, grad_b, None, None
+
+
+class ColumnParallelLinear(nn.Linear):
+    """This rank's output rows of a Linear (its heads' or units' share), its input's gradient
+    summed over the group (_ColumnLinear)."""
+
+    def __init__(self, inputs: int, local_out: int, group: Channel, name: str):
+        super().__init__(inputs, local_out)
+        self.group, self.name = group, name
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _ColumnLinear.apply(x, self.weight, self.bias, self.group, self.name)
 
 
 class _SumOverGroup(torch.autograd.Function):
@@ -121,9 +152,8 @@ class ParallelAttention(nn.Module):
         self.group, self.name = group, name
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = _CopyToGroup.apply(x, self.group, f"{self.name}.attention.grad")
         batch, tokens, _ = x.shape
-        qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
+        qkv = _ColumnLinear.apply(x, self.in_proj_weight, self.in_proj_bias, self.group, f"{self.name}.attention.grad")
         q, k, v = (t.reshape(batch, tokens, self.heads, self.head_dim).transpose(1, 2) for t in qkv.chunk(3, -1))
         out = F.scaled_dot_product_attention(q, k, v)
         return self.out_proj(out.transpose(1, 2).reshape(batch, tokens, self.heads * self.head_dim))
@@ -141,13 +171,13 @@ class ParallelEncoderBlock(nn.Module):
         self.dropout, self.ln_2 = block.dropout, block.ln_2
         first, last = block.mlp[0], block.mlp[3]
         local = first.out_features // tensor
-        self.mlp = nn.Sequential(nn.Linear(first.in_features, local), nn.GELU(), block.mlp[2],
-                                 RowParallelLinear(local, last.out_features, group, f"{name}.mlp"), block.mlp[4])
-        self.group, self.name = group, name
+        self.mlp = nn.Sequential(ColumnParallelLinear(first.in_features, local, group, f"{name}.mlp.grad"), nn.GELU(),
+                                 block.mlp[2], RowParallelLinear(local, last.out_features, group, f"{name}.mlp"),
+                                 block.mlp[4])
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         x = self.dropout(self.self_attention(self.ln_1(inputs))) + inputs
-        return x + self.mlp(_CopyToGroup.apply(self.ln_2(x), self.group, f"{self.name}.mlp.grad"))
+        return x + self.mlp(self.ln_2(x))
 
 
 class TensorParallel(TensorPlace):
