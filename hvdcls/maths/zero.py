@@ -115,6 +115,11 @@ def shard_file_name(rank: int, world: int, suffix: str) -> str:
     return f"{SHARD_PREFIX}{rank:05d}-of-{world:05d}{suffix}"
 
 
+def shard_glob(world: int) -> str:
+    """Every rank's shard file at world size `world`, whichever backend's suffix."""
+    return f"{SHARD_PREFIX}*-of-{world:05d}.*"
+
+
 def own_shard(directory: Path, suffix: str, rank: int, world: int) -> Optional[Path]:
     """`rank`'s own file at world size `world`, where the checkpoint holds it: all that rank
     reads to resume at the same world size (bit-identical), and on a host that shares no

@@ -93,6 +93,25 @@ def sees(tmp: Optional[str], token: Optional[str]) -> bool:
         return False
 
 
+def adopt(tmp: Path, epoch: int, pattern: str) -> list[str]:
+    """Rank 0, before commit(): files matching `pattern` that ranks which did not see `tmp` wrote
+    into their copy of checkpoint `epoch`'s directory, where that copy is on rank 0's filesystem
+    after all (one that showed them `tmp` late), are moved into `tmp`, so that commit()'s
+    replacing the directory keeps them. Only files written since `tmp`'s marker count: an older
+    save's file left there is not taken for this one's. The names moved."""
+    final = tmp.parent / checkpoint_name(epoch)
+    marker = tmp / SHARED_MARKER
+    if not final.is_dir() or not marker.is_file():
+        return []
+    since = marker.stat().st_mtime
+    moved = []
+    for path in sorted(final.glob(pattern)):
+        if not (tmp / path.name).exists() and path.stat().st_mtime >= since:
+            os.replace(path, tmp / path.name)
+            moved.append(path.name)
+    return moved
+
+
 def host_copy(checkpoints_dir: Path, epoch: int, keep: int) -> Path:
     """A rank that cannot see rank 0's temporary directory (its host shares no filesystem with
     rank 0's): this host's own directory of checkpoint `epoch`'s name, where it writes its

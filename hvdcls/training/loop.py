@@ -28,6 +28,7 @@ from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
 from hvdcls.data.workers import LoaderWorkers
 from hvdcls.files import status_file
+from hvdcls.maths import zero as zero_plan
 from hvdcls.maths.tensor_parallel import Layout
 from hvdcls.observe.classification import RunningMetrics, write_outputs
 from hvdcls.observe.monitor import EpochRecord, LossReads, Monitor, RunInfo, StepSample
@@ -374,6 +375,8 @@ class Trainer:
         self.backend.prepare_checkpoint(shard_dir)  # every rank: it may be a collective
         if shard_dir is not None:  # every rank's shard is written before rank 0 renames the directory
             self.backend.allreduce_sum([0.0], "checkpoint_shards_written")
+            if tmp is not None:  # a rank that saw rank 0's directory late wrote beside it: keep its shard
+                checkpoint.adopt(tmp, epochs_done, zero_plan.shard_glob(self.ctx.size))
         if tmp is None:  # Horovod: weights are identical on every rank; rank 0 writes
             return
         history = self.outputs.history

@@ -1,10 +1,12 @@
 """hvdcls.training.checkpoint: atomic epoch directories, pruning, --resume resolution, cadence."""
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from hvdcls.errors import UserError
+from hvdcls.maths.zero import shard_glob
 from hvdcls.training import checkpoint
 
 
@@ -213,3 +215,25 @@ def test_a_host_copy_keeps_what_rank_0_keeps(tmp_path, keep, kept):
         (path / "zero-shard-00001-of-00002.pt").touch()
     assert sorted(p.name for p in directory.iterdir()) == kept
     assert checkpoint.list_checkpoints(directory) == []  # never a checkpoint here: no state.json
+
+
+def test_rank_0_adopts_the_shards_written_beside_its_directory_since_its_marker(tmp_path):
+    """A rank that judged rank 0's temporary directory unseen, on rank 0's filesystem after all,
+    wrote its shard into the checkpoint's own directory: commit() would replace that directory,
+    so rank 0 moves such shards in first; an older save's shard, or one of another world size,
+    stays out."""
+    directory = tmp_path / "checkpoints"
+    stale = checkpoint.host_copy(directory, 3, keep=2) / "zero-shard-00002-of-00003.pt"
+    stale.touch()
+    os.utime(stale, (1, 1))
+    tmp = checkpoint.begin(directory, 3)
+    checkpoint.mark_shared(tmp)
+    (tmp / "zero-shard-00000-of-00003.pt").write_text("rank 0")
+    late = directory / "epoch-0003"
+    (late / "zero-shard-00001-of-00003.pt").write_text("rank 1")
+    (late / "zero-shard-00001-of-00002.pt").write_text("another world size")
+    assert checkpoint.adopt(tmp, 3, shard_glob(3)) == ["zero-shard-00001-of-00003.pt"]
+    final = checkpoint.commit(tmp, 3, {"epoch": 3}, lambda d: None, keep=2)
+    assert sorted(p.name for p in final.glob("zero-*")) == ["zero-shard-00000-of-00003.pt",
+                                                           "zero-shard-00001-of-00003.pt"]
+    assert checkpoint.adopt(checkpoint.begin(directory, 4), 4, "zero-*") == []  # nothing beside it
