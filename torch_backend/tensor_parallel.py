@@ -44,8 +44,9 @@ def torch_cat(pieces: list, axis: int) -> torch.Tensor:
 
 class Channel:
     """The tensor group's sums of activations and of their gradients, with the bytes they sent
-    and the seconds spent in them (the strategy reports both per step beside the gradients').
-    The all-reduce blocks: its seconds include waiting for the slowest rank of the group.
+    and the seconds spent waiting for them (the strategy reports both per step beside the
+    gradients'): from finish() until the sum is done, which includes waiting for the slowest
+    rank of the group; a sum started earlier (start()) counts only what was not hidden.
     `asleep` (horovod.wait: auto and sleep; spin does not): poll and nap while it runs instead of
     Horovod's synchronize(), whose loop on `yield` takes the core from the threads that do the
     sum (Horovod's and Gloo's) when ranks outnumber cores."""
