@@ -19,12 +19,12 @@ What both backends share lives here once: the choice (`strategy_name`), the refu
 the device (`refuse`: float16 loss scaling under ZeRO), and the interface. The config's own
 checks (hvdcls.config.checks) refuse the combinations a config alone rules out.
 
-Composition (tensor parallelism, next): a strategy reduces over the parameters and the Horovod
-process set it is given, not over "the model on every rank". A data-parallel strategy (plain,
-fp16, zero) is built with the parameters it owns and the ranks it averages them over, so that a
-tensor-parallel strategy can shard a layer's parameters over one process set and hand its local
-shards to a data-parallel strategy that reduces them over the other (the ranks holding the same
-shard), rather than being one more exclusive mode. Nothing of tensor parallelism is built yet.
+Composition with parallel.tensor: a strategy reduces over the parameters and the Horovod process
+set it is given, not over "the model on every rank". The tensor split (torch_backend/ and
+tf_backend/tensor_parallel.py) cuts the encoder blocks' parameters over the tensor group and hands
+this rank's slices to the data-parallel strategy (plain, fp16, zero 1 and 2), built with the
+ranks holding the same slices (`replicas.data_set`) to average over, rather than being one more
+exclusive mode; checkpoints stay whole (replica 0's group gathers them).
 
 The backends' strategies are imported lazily, by module path (the core never imports a
 framework): torch_backend/strategies/ and tf_backend/strategies/, the same file names.
@@ -98,6 +98,12 @@ def strategy_name(config: Config) -> str:
     if config.horovod.op == "adasum":
         return "adasum"
     return "plain"
+
+
+def writes_shard_files(config: Config) -> bool:
+    """Whether a checkpoint has each rank write its own shard file (training.zero), rather than
+    rank 0 one file: parallel.tensor's checkpoints are whole (its strategies gather them)."""
+    return bool(config.training.zero) and config.parallel.tensor == 1
 
 
 def choose(config: Config, backend: str, loss_scaled: bool) -> Callable[..., Strategy]:

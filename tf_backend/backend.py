@@ -312,7 +312,9 @@ class TensorFlowBackend(HorovodBackend):
         variables = self.trained
         if self.l2:
             grads = [g + self.l2 * tf.cast(v.value, g.dtype) for g, v in zip(grads, variables)]
-        if self.clip:
+        if self.clip and self.tensor:  # parallel.tensor: the norm over the group's slices
+            grads = self.tensor.clip_by_global_norm(grads, variables, self.clip)
+        elif self.clip:
             grads, _ = tf.clip_by_global_norm(grads, self.clip)
         self.optimizer.apply_gradients(zip(grads, variables))
 

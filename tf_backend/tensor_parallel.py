@@ -180,7 +180,7 @@ class TensorParallel(TensorPlace):
         of the group: every rank of it calls, each gets the whole)."""
         gathered = {}
         for key, path, variable in entries:
-            value = variable.numpy()
+            value = np.asarray(variable) if isinstance(variable, (np.ndarray, np.generic)) else variable.numpy()
             if path is None or plan.rule_of(path) is None:
                 gathered[key] = value
                 continue
@@ -188,6 +188,22 @@ class TensorParallel(TensorPlace):
                                  process_set=self.group).numpy()  # Horovod: (T, n), in tensor-rank order
             gathered[key] = plan.join_entry(path, [row.reshape(value.shape) for row in flat])
         return gathered
+
+    def norm_shares(self, variables: list) -> list[float]:
+        """Per variable (by its Keras path), its squares' share of the global gradient norm when
+        the group sums every rank's (plan.norm_share)."""
+        return [plan.norm_share(v.path, self.layout.tensor) for v in variables]
+
+    def clip_by_global_norm(self, grads: list, variables: list, clip: float) -> list:
+        """tf.clip_by_global_norm's rule over the whole model, given this rank's slices: the
+        norm one process would compute (the slices' squares summed over the group, the whole
+        variables' counted once), so every rank of the group scales alike and the variables it
+        holds whole stay equal across it."""
+        squares = tf.add_n([share * tf.reduce_sum(tf.square(tf.cast(g, tf.float32)))
+                            for share, g in zip(self.norm_shares(variables), grads)])
+        norm = tf.sqrt(hvd.allreduce(squares, op=hvd.Sum, name="tp_grad_norm", process_set=self.group))  # Horovod
+        scale = clip / tf.maximum(norm, clip)
+        return [g * tf.cast(scale, g.dtype) for g in grads]
 
     def take_whole(self, state: dict, entries: list[Entry]) -> None:
         """Rank 0, reading a checkpoint: keep its whole arrays for `deal`, and cut `state`'s in
@@ -216,12 +232,17 @@ class TensorParallel(TensorPlace):
         self.whole = None
 
 
+def model_entries(model: keras.Model) -> list[Entry]:
+    """The checkpoint's model entries (tf_backend/backend.py's keys), each cut by its own path."""
+    return [(f"model/{i}", v.path, v) for i, v in enumerate(model.variables)]
+
+
 def entries(model: keras.Model, optimizer: Any) -> list[Entry]:
     """The checkpoint's entries (tf_backend/backend.py's keys) with the model path that cuts
     each: a model variable's own, an optimizer slot's variable's (None: whole everywhere)."""
     paths = [v.path for v in model.variables]
-    out: list[Entry] = [(f"model/{i}", v.path, v) for i, v in enumerate(model.variables)]
-    return out + [(f"optimizer/{i}", plan.slot_owner(v.name, paths), v) for i, v in enumerate(optimizer.variables)]
+    return model_entries(model) + [(f"optimizer/{i}", plan.slot_owner(v.name, paths), v)
+                                   for i, v in enumerate(optimizer.variables)]
 
 
 def build(model: keras.Model, config: Config) -> tuple[keras.Model, Optional[TensorParallel]]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import zipfile
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import horovod.tensorflow as hvd
 import keras
@@ -45,11 +45,20 @@ IN_SHARD_FILES = "zero_shard_files"  # the checkpoint's key when every rank save
 class ShardedOptimizer:
     def __init__(self, variables: list, make_optimizer: Callable[[], keras.optimizers.Optimizer],
                  level: int, fp16: bool = False, l2: float = 0.0, clip: Optional[float] = None,
-                 buckets: Optional[list[Bucket]] = None, slices: Optional[list[np.ndarray]] = None):
+                 buckets: Optional[list[Bucket]] = None, slices: Optional[list[np.ndarray]] = None,
+                 process_set: Any = None, norm_shares: Optional[list[float]] = None):
         """`buckets`: the plan's by default (zero=3 gives its blocks', and `slices`, the
-        shards' first values: their variables are whole nowhere by then)."""
+        shards' first values: their variables are whole nowhere by then). `process_set`: the
+        ranks it shards over and averages across (every rank by default; parallel.tensor: those
+        holding the same slices); `norm_shares`: per variable, its squares' share of the global
+        gradient norm (parallel.tensor's plan.norm_share; None: 1 each)."""
         self.variables, self.level, self.fp16, self.l2, self.clip = variables, level, fp16, l2, clip
-        self.rank, self.size = hvd.rank(), hvd.size()
+        self.set = process_set if process_set is not None else hvd.global_process_set  # Horovod
+        self.rank, self.size = self.set.rank(), self.set.size()
+        # A set of one rank has nobody to reduce with: no collective. Horovod 0.28.1's TF ops on
+        # a process set of one rank failed now and then (tf_backend/strategies/plain.py).
+        self.alone = self.size == 1
+        self.norm_shares = norm_shares
         self.sizes = [int(np.prod(v.shape)) for v in variables]
         self.buckets = buckets or plan(self.sizes, self.size)
         # autocast off: zero=3 reads them inside a layer's call, where mixed precision would cast
@@ -100,7 +109,8 @@ class ShardedOptimizer:
         written: list = []
         for b, (bucket, shard) in enumerate(zip(self.buckets, self.shards)):
             with tf.control_dependencies(written):  # the previous bucket is in the variables
-                flat = hvd.allgather(shard.value, name=f"zero.params.{b}")  # rank order
+                flat = shard.value if self.alone else hvd.allgather(  # Horovod: in rank order
+                    shard.value, name=f"zero.params.{b}", process_set=self.set)
             written = [self._write(i, flat[offset:offset + size])
                        for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes)]
 
@@ -124,17 +134,24 @@ class ShardedOptimizer:
                 flat = self._flat(bucket, grads)
             if self.fp16:  # horovod.compression=fp16: the reduction travels in float16
                 flat = tf.cast(flat, tf.float16)
-            if self.level == 1:
-                averaged = hvd.allreduce(flat, op=hvd.Average, name=f"zero.grads.{b}")
+            if self.alone:
+                part = flat
+            elif self.level == 1:
+                averaged = hvd.allreduce(flat, op=hvd.Average, name=f"zero.grads.{b}", process_set=self.set)
                 part = averaged[slice(*bucket.slice(self.rank))]
             else:  # equal slices (padded), so Horovod's split hands rank r its own
-                part = hvd.reducescatter(flat, op=hvd.Average, name=f"zero.grads.{b}")
+                part = hvd.reducescatter(flat, op=hvd.Average, name=f"zero.grads.{b}", process_set=self.set)
             slices.append(tf.cast(part, tf.float32))
         return slices
 
     def _clip(self, slices: list) -> list:
         """tf.clip_by_global_norm's rule, the norm over every rank's slices."""
-        squares = tf.add_n([tf.reduce_sum(tf.square(s)) for s in slices])
+        if self.norm_shares is None:
+            squares = tf.add_n([tf.reduce_sum(tf.square(s)) for s in slices])
+        else:  # each variable's squares counted by its share
+            shares = self.norm_shares
+            squares = tf.add_n([shares[p.param] * tf.reduce_sum(tf.square(s[p.offset:p.offset + p.end - p.start]))
+                                for bucket, s in zip(self.buckets, slices) for p in bucket.pieces(self.rank)])
         norm = tf.sqrt(hvd.allreduce(squares, op=hvd.Sum, name="zero.grad_norm"))
         scale = self.clip / tf.maximum(norm, self.clip)
         return [s * scale for s in slices]
@@ -157,7 +174,10 @@ class ShardedOptimizer:
         per_param: dict = {}
         for b, bucket in enumerate(self.buckets):
             slots = [self.slot(b, k).value for k in range(len(self.kinds))]
-            full = hvd.grouped_allgather(slots, name=f"zero.state.{b}") if slots else []
+            if self.alone or not slots:
+                full = slots
+            else:
+                full = hvd.grouped_allgather(slots, name=f"zero.state.{b}", process_set=self.set)
             for k, flat in enumerate(full):
                 flat = flat.numpy()
                 for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes):
@@ -240,21 +260,22 @@ class ShardedOptimizer:
                 self.slot(b, k).assign(arrays[f"slot/{b}/{k}"])
 
     def load_full(self, arrays: list) -> None:
-        self._cut(arrays)
+        self.cut(arrays)
         self.loaded = arrays
 
     def broadcast_state(self) -> None:
         """Horovod: rank 0's loaded checkpoint, every rank cutting its slices; else rank 0's
         (fresh, equal) state is every rank's already."""
-        full = hvd.broadcast_object(self.loaded if self.rank == 0 else None, root_rank=0,
+        full = hvd.broadcast_object(self.loaded if hvd.rank() == 0 else None, root_rank=0,
                                     name="zero.optimizer")
         if isinstance(full, dict):
             self._load_shards(Path(full[IN_SHARD_FILES]))
         elif full is not None:
-            self._cut(full)
+            self.cut(full)
         self.loaded = None
 
-    def _cut(self, arrays: list) -> None:
+    def cut(self, arrays: list) -> None:
+        """This rank's slices of the unsharded optimizer's arrays (any world size wrote them)."""
         for v, value in zip(self.local.variables[:self.scalars], arrays):
             v.assign(value)
         for b, bucket in enumerate(self.buckets):

@@ -223,13 +223,38 @@ class TensorParallel(TensorPlace):
         assert len(gathered) == len(state) and tensor > 1
         return gathered
 
+    def norm_shares(self, names: list[str]) -> list[float]:
+        """Per parameter (by its model name), its squares' share of the global gradient norm
+        when the group sums every rank's (plan.norm_share)."""
+        return [plan.norm_share(name, self.layout.tensor) for name in names]
+
+    @torch.no_grad()
+    def clip_grad_norm_(self, named: list[tuple[str, nn.Parameter]], max_norm: float) -> torch.Tensor:
+        """torch.nn.utils.clip_grad_norm_ over the whole model, given this rank's slices: the
+        norm one process would compute (the slices' squares summed over the group, the whole
+        parameters' counted once), so every rank of the group scales by the same coefficient
+        and the parameters it holds whole stay equal across it."""
+        shares = self.norm_shares([name for name, _ in named])
+        squares = sum(share * torch.sum(p.grad.float() ** 2) for share, (_, p) in zip(shares, named)
+                      if p.grad is not None)
+        total = hvd.allreduce(torch.as_tensor(squares, dtype=torch.float32).reshape(1), op=hvd.Sum,
+                              name="tp.grad_norm", process_set=self.group).sqrt()[0]  # Horovod
+        coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+        for _, p in named:
+            if p.grad is not None:
+                p.grad.mul_(coefficient)
+        return total
+
     # -- checkpoints: whole on disk (torchvision's layout), cut on load --
 
     def gather_optimizer(self, optimizer: torch.optim.Optimizer, names: dict[int, str]) -> dict:
         """The optimizer's state_dict() with every per-parameter tensor whole (a collective of
         the group). `names`: id(parameter) -> its name in the model, whose rule cuts it."""
-        state = optimizer.state_dict()
-        keys = param_keys(optimizer, names)
+        return self.gather_optimizer_state(optimizer.state_dict(), param_keys(optimizer, names))
+
+    def gather_optimizer_state(self, state: dict, keys: list[str]) -> dict:
+        """An optimizer state_dict (its parameters numbered as `keys` names them) with every
+        per-parameter tensor whole (a collective of the group)."""
         for kind, entries in by_kind(state, keys).items():
             whole = self.gather(entries)
             for index, key in enumerate(keys):
@@ -239,7 +264,12 @@ class TensorParallel(TensorPlace):
 
     def split_optimizer(self, state: dict, optimizer: torch.optim.Optimizer, names: dict[int, str]) -> dict:
         """A whole optimizer state_dict() (a checkpoint's) cut to this rank's slices."""
-        keys, tensor = param_keys(optimizer, names), self.layout.tensor
+        return self.split_optimizer_state(state, param_keys(optimizer, names))
+
+    def split_optimizer_state(self, state: dict, keys: list[str]) -> dict:
+        """A whole optimizer state_dict (its parameters numbered as `keys` names them) cut to
+        this rank's slices."""
+        tensor = self.layout.tensor
         cut = {**state, "state": {i: dict(entry) for i, entry in state["state"].items()}}
         for kind, entries in by_kind(state, keys).items():
             for index, key in enumerate(keys):

@@ -26,7 +26,7 @@ import os
 from collections import deque
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import horovod.torch as hvd
 import torch
@@ -44,10 +44,17 @@ IN_SHARD_FILES = "zero_shard_files"  # torch.pt's "optimizer" when every rank sa
 
 class ShardedOptimizer:
     def __init__(self, params: list[torch.Tensor], make_optimizer: MakeOptimizer, level: int,
-                 fp16: bool = False, bucket_elements: int = BUCKET_ELEMENTS, wait_asleep: bool = False):
+                 fp16: bool = False, bucket_elements: int = BUCKET_ELEMENTS, wait_asleep: bool = False,
+                 process_set: Any = None, norm_shares: Optional[list[float]] = None):
+        """`process_set`: the ranks it shards over and averages across (every rank by default;
+        parallel.tensor: those holding the same slices, hvdcls.strategy's composition);
+        `norm_shares`: per parameter, its squares' share of the global gradient norm
+        (parallel.tensor's plan.norm_share; None: 1 each)."""
         self.params, self.level, self.fp16 = params, level, fp16
         self.wait_asleep = wait_asleep  # horovod.wait=sleep: nap between polls, not Horovod's spin
-        self.rank, self.size = hvd.rank(), hvd.size()
+        self.set = process_set if process_set is not None else hvd.global_process_set  # Horovod
+        self.rank, self.size = self.set.rank(), self.set.size()
+        self.norm_shares = norm_shares
         self.buckets = plan([p.numel() for p in params], self.size, bucket_elements)
         self.shards = [torch.zeros(b.shard, dtype=torch.float32, device=params[0].device)
                        for b in self.buckets]
@@ -154,9 +161,9 @@ class ShardedOptimizer:
                 self.params[i].grad = None  # zero=2: only the slice's gradients are kept
         sent = flat.half() if self.fp16 else flat  # horovod.compression=fp16: float16 on the wire
         if self.level == 1:
-            handle = hvd.allreduce_async_(sent, op=hvd.Average, name=f"zero.grads.{b}")
+            handle = hvd.allreduce_async_(sent, op=hvd.Average, name=f"zero.grads.{b}", process_set=self.set)
         else:  # equal slices (padded), so Horovod's split is rank r's [r x shard, (r+1) x shard)
-            handle = hvd.reducescatter_async(sent, op=hvd.Average, name=f"zero.grads.{b}")
+            handle = hvd.reducescatter_async(sent, op=hvd.Average, name=f"zero.grads.{b}", process_set=self.set)
         self.in_flight.append((b, handle, work, sent))
 
     def _finish_oldest(self) -> None:
@@ -192,7 +199,19 @@ class ShardedOptimizer:
         self._disarm()
 
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
-        return clip_slices_(self.shards, max_norm)
+        return clip_slices_(self.shards, max_norm, self._squares() if self.norm_shares else None)
+
+    def _squares(self) -> torch.Tensor:
+        """This rank's slices' squared gradients, each parameter's counted by its norm share."""
+        assert self.norm_shares is not None
+        total = torch.zeros((), dtype=torch.float32, device=self.shards[0].device)
+        for bucket, shard in zip(self.buckets, self.shards):
+            if shard.grad is None:
+                continue
+            for piece in bucket.pieces(self.rank):
+                part = shard.grad[piece.offset:piece.offset + piece.end - piece.start].float()
+                total += self.norm_shares[piece.param] * torch.sum(part ** 2)
+        return total
 
     def held_grads(self) -> list[torch.Tensor]:
         """The gradient tensors this rank holds now (Backend.memory)."""
@@ -204,7 +223,7 @@ class ShardedOptimizer:
         self.local.step()
         self.gathered = None
         for b, (bucket, shard) in enumerate(zip(self.buckets, self.shards)):  # one bucket at a time
-            flat = hvd.allgather(shard, name=f"zero.params.{b}")  # Horovod: the slices in rank order
+            flat = hvd.allgather(shard, name=f"zero.params.{b}", process_set=self.set)  # Horovod: in rank order
             for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes):
                 p = self.params[i]
                 p.copy_(flat[offset:offset + size].view_as(p))
@@ -234,7 +253,7 @@ class ShardedOptimizer:
 
     def broadcast_state(self) -> None:
         """Horovod: rank 0's loaded checkpoint (the unsharded state), every rank cutting its slices."""
-        full = hvd.broadcast_object(self.loaded if self.rank == 0 else None, root_rank=0,
+        full = hvd.broadcast_object(self.loaded if hvd.rank() == 0 else None, root_rank=0,
                                     name="zero.optimizer")
         if full is not None and IN_SHARD_FILES in full:
             self._load_shards(Path(full[IN_SHARD_FILES]))
@@ -299,7 +318,8 @@ class ShardedOptimizer:
             own = self.local.state.get(self.shards[b], {})
             keys = sorted(own)  # the same on every rank: every rank stepped every slice
             sliced = [k for k in keys if torch.is_tensor(own[k]) and own[k].ndim == 1]
-            full = hvd.grouped_allgather([own[k] for k in sliced], name=f"zero.state.{b}") if sliced else []
+            full = hvd.grouped_allgather([own[k] for k in sliced], name=f"zero.state.{b}",
+                                         process_set=self.set) if sliced else []
             if not keep:
                 continue  # this rank took its part in the collective; it saves nothing
             for i, offset, size in zip(bucket.params, bucket.offsets, bucket.sizes):
@@ -339,10 +359,16 @@ class ShardedOptimizer:
 
 
 @torch.no_grad()
-def clip_slices_(shards: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
+def clip_slices_(shards: Sequence[torch.Tensor], max_norm: float,
+                 squares: Optional[torch.Tensor] = None) -> torch.Tensor:
     """torch.nn.utils.clip_grad_norm_ over the whole model, given every rank's slices of it:
-    the slices' squared norms summed over ranks (every element counted once; padding is 0)."""
-    squares = sum(torch.sum(s.grad.float() ** 2) for s in shards if s.grad is not None)
+    the slices' squared norms summed over all ranks (every element counted once; padding is 0;
+    `squares`: this rank's sum, when its elements do not each count once)."""
+    if squares is None:
+        squares = torch.zeros((), dtype=torch.float32, device=shards[0].device)
+        for s in shards:  # one after another, as ever: the same sum to the last bit
+            if s.grad is not None:
+                squares = squares + torch.sum(s.grad.float() ** 2)
     total = hvd.allreduce(torch.as_tensor(squares, dtype=torch.float32).reshape(1), op=hvd.Sum,
                           name="zero.grad_norm").sqrt()[0]
     coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)

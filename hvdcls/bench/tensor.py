@@ -37,7 +37,7 @@ def check_values(tensors: list[int], nps: list[int]) -> None:
 
 def refuse_unservable(split: list[tuple]) -> None:
     """A T>1 cell whose settings parallel.tensor does not serve (a CNN, T not dividing the heads,
-    PowerSGD, --balance dynamic, --zero, --compile on): one line, from the training's own check
+    PowerSGD, --balance dynamic, --zero 3, --compile on): one line, from the training's own check
     on the config the worker would build. `split`: (cell, hvdcls.bench.worker's flags) per cell.
     The backend's own refusal (TensorFlow's, until it is built) comes from the cell's launch."""
     from hvdcls.bench import worker  # the cell's config is the worker's

@@ -182,7 +182,7 @@ def _tensor_conflict(config: Config) -> str | None:
         (hv.op == "adasum", "horovod.op=adasum"),
         (training.elastic, "training.elastic=true"),
         (training.balance != "off", f"training.balance={training.balance}"),
-        (bool(training.zero), f"training.zero={training.zero}"),
+        (training.zero == 3, "training.zero=3"),  # zero 1 and 2 shard over the replicas
         (training.compile, "training.compile=true"),
         (training.activation_checkpointing, "training.activation_checkpointing=true"),
         (config.optimizer.lr == AUTO_LR, "optimizer.lr=auto"),

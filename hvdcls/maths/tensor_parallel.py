@@ -191,6 +191,13 @@ def split_fraction(state: dict, tensor: int) -> float:
     return held / whole
 
 
+def norm_share(key: str, tensor: int) -> float:
+    """What the entry `key`'s squares count for in the global gradient norm when every rank of a
+    tensor group adds its own and the group sums them: a slice's once, a whole entry (the same
+    on each of the T ranks) 1/T of them, so that the sum counts it once."""
+    return 1.0 if rule_of(key) is not None else 1.0 / tensor
+
+
 BUILT_FOR = ("torch", "tensorflow")
 
 

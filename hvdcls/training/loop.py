@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 
 import numpy as np
 
-from hvdcls import finetune
+from hvdcls import finetune, strategy
 from hvdcls.backend import Backend, Context, Sums, add
 from hvdcls.config import Config
 from hvdcls.data.batches import EpochBatches, LoaderWait
@@ -371,7 +371,7 @@ class Trainer:
         self.phases.enter(CHECKPOINTING)
         self.monitor.phase(status_file.CHECKPOINTING)
         tmp = checkpoint.begin(self.outputs.checkpoints_dir, epochs_done) if self.ctx.is_main else None
-        shard_dir = self.shard_directory(tmp, epochs_done) if self.config.training.zero else None
+        shard_dir = self.shard_directory(tmp, epochs_done) if strategy.writes_shard_files(self.config) else None
         self.backend.prepare_checkpoint(shard_dir)  # every rank: it may be a collective
         if shard_dir is not None:  # every rank's shard is written before rank 0 renames the directory
             self.backend.allreduce_sum([0.0], "checkpoint_shards_written")

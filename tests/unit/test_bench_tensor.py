@@ -141,7 +141,7 @@ def test_a_refused_cell_reports_the_workers_one_line(capsys):
     ({"models": ["resnet50"]}, "--tensor 2 .*splits the ViTs"),
     ({"models": ["vit_b_16"], "tensors": [8], "nps": [8]}, "does not divide vit_b_16's 12"),
     ({"compressions": ["none", "powersgd"]}, "powersgd"),
-    ({"zeros": [0, 1]}, "training.zero=1"),
+    ({"zeros": [0, 3]}, "training.zero=3"),
     ({"balances": ["off", "dynamic"]}, "training.balance=dynamic")])
 def test_what_parallel_tensor_refuses_is_refused_before_a_launch(change, words):
     with pytest.raises(UserError, match=words) as error:
@@ -153,6 +153,7 @@ def test_what_parallel_tensor_serves_passes_and_tensorflow_is_left_to_its_launch
     bench.validate(spec(models=["vit_b_16", "vit_l_16"], compressions=["none", "fp16"]))
     bench.validate(spec(backends=["torch", "tensorflow"]))  # TensorFlow's refusal is its cell's row
     bench.validate(spec(zeros=[0, 1], tensors=[1]))
+    bench.validate(spec(zeros=[0, 1, 2]))  # ZeRO 1 and 2 shard over the replicas
 
 
 def test_the_cli_refuses_a_cnn_at_t_2_in_one_line(tmp_path, capsys):

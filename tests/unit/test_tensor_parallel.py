@@ -157,7 +157,7 @@ def test_a_block_that_does_not_split_evenly_says_which_entry():
     (["parallel.tensor=2", "model.name=vit_b_16", "horovod.op=adasum"], "adasum"),
     (["parallel.tensor=2", "model.name=vit_b_16", "training.elastic=true"], "elastic"),
     (["parallel.tensor=2", "model.name=vit_b_16", "training.balance=dynamic"], "balance=dynamic"),
-    (["parallel.tensor=2", "model.name=vit_b_16", "training.zero=1"], "zero=1"),
+    (["parallel.tensor=2", "model.name=vit_b_16", "training.zero=3"], "zero=3"),
     (["parallel.tensor=2", "model.name=vit_b_16", "training.ema_decay=0.99"], "ema_decay"),
     (["parallel.tensor=0"], ">= 1"),
 ])
@@ -169,6 +169,25 @@ def test_config_refuses_in_one_line(overrides, message):
 
 def test_config_takes_a_vit_whose_heads_it_divides():
     assert cfg.load(overrides=["parallel.tensor=4", "model.name=vit_l_16"]).parallel.tensor == 4
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_zero_1_and_2_compose_with_the_split_and_save_whole(level):
+    from hvdcls import strategy
+
+    config = cfg.load(overrides=["parallel.tensor=2", "model.name=vit_b_16", f"training.zero={level}"])
+    assert strategy.strategy_name(config) == "zero"
+    assert not strategy.writes_shard_files(config)  # the split's checkpoints are whole
+    assert strategy.writes_shard_files(cfg.load(overrides=[f"training.zero={level}"]))
+
+
+def test_the_norm_counts_a_slice_once_and_a_whole_entry_once_over_the_group():
+    state = block_state(hidden=8, mlp=16)
+    for tensor in (2, 4):
+        counted = sum(tp.norm_share(k, tensor) * (v.size // (tensor if tp.rule_of(k) else 1)) * tensor
+                      for k, v in state.items())
+        assert counted == pytest.approx(sum(v.size for v in state.values()))
+    assert tp.norm_share(BLOCK + "mlp.0.weight", 2) == 1.0 and tp.norm_share(BLOCK + "ln_1.weight", 2) == 0.5
 
 
 def test_lr_find_is_refused_before_anything_starts():

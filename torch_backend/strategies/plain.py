@@ -96,8 +96,11 @@ class Plain(Strategy):
         pending = [handle for handle, _ in self.optimizer._handles.values() if isinstance(handle, int)]
         sleep_until_done(pending, hvd.poll)  # Horovod
 
-    def clip_grad_norm_(self, max_norm: float) -> None:
-        torch.nn.utils.clip_grad_norm_([p for _, p in self.parameters], max_norm)
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """The global norm (returned) clipped to `max_norm`; parallel.tensor: over the group's slices."""
+        if self.replicas:
+            return self.replicas.clip_grad_norm_(self.parameters, max_norm)
+        return torch.nn.utils.clip_grad_norm_([p for _, p in self.parameters], max_norm)
 
     def prepare_checkpoint(self, shard_dir: Optional[Path] = None) -> None:
         """parallel.tensor: replica 0's tensor group gathers the model and the optimizer's state

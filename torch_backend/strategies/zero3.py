@@ -62,8 +62,8 @@ class Zero3(Plain):
         self.counter.add(self.sharded.sent)  # the blocks' gathers and reduce-scatters this step
         return waited  # what backward did not hide of the reduce-scatters
 
-    def clip_grad_norm_(self, max_norm: float) -> None:
-        zero.clip_slices_(self.sharded.shards, max_norm)  # the global norm, over every rank's slices
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        return zero.clip_slices_(self.sharded.shards, max_norm)  # the global norm, over every rank's slices
 
     def held_params(self) -> list[torch.Tensor]:
         return list(self.sharded.shards)
