@@ -166,6 +166,11 @@ class HorovodBackend(Backend):
     def prepare_checkpoint(self, shard_dir: Optional[Path] = None) -> None:
         if self.strategy is not None:  # what it holds per rank: ZeRO's slices, PowerSGD's errors
             self.strategy.prepare_checkpoint(shard_dir)
+        self.prepare_ema_checkpoint()
+
+    def prepare_ema_checkpoint(self) -> None:
+        """parallel.tensor with training.ema_decay: the EMA copy's slices gathered whole for rank
+        0's save (a collective of replica 0's group); else nothing."""
 
     def elastic_run(self, state: Any, attempt: Callable[[Any, Context], Any]) -> Any:
         # Horovod's own retry loop, the one both bindings' hvd.elastic.run wrap. Imported here:

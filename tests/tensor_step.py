@@ -29,6 +29,8 @@ os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"  # before the first hvd.init():
 VIT_TEST = "vit_test_4"
 models.VIT[VIT_TEST] = models.ViT(4, 64, 2, 4, 128)  # patch, hidden, layers, heads, mlp
 SIDE, CLASSES, BATCH, STEPS = 16, 10, 8, 3
+EMA = "training.ema_decay=0.99"  # the copy updated at EMA_DECAY after each step (as the Trainer would)
+EMA_DECAY = 0.5
 SGD = ["optimizer.name=sgd", "optimizer.momentum=0.9", "optimizer.weight_decay=1e-4", "training.grad_clip_norm=0.1"]
 ADAMW = ["optimizer.name=adamw", "optimizer.weight_decay=0.05"]
 # name: (overrides, lr, the T=2 run's own overrides). torch's tensor group waits for its sums in
@@ -36,13 +38,13 @@ ADAMW = ["optimizer.name=adamw", "optimizer.weight_decay=0.05"]
 # (AdamW's): both held to the same bounds. The clipping binds (the norm is about 3).
 CASES = {
     "sgd_momentum": ([*SGD, "horovod.wait=spin"], 0.1, []),
-    "adamw": (ADAMW, 1e-3, []),
+    "adamw": ([*ADAMW, EMA], 1e-3, []),
 }
 # `zero` (np=4: 2 replicas x T=2): ZeRO sharding the split's slices over the 2 replicas, against
 # T=1 data-parallel over the 4 ranks without it.
 ZERO_CASES = {
-    "zero1_sgd_momentum": ([*SGD, "horovod.wait=sleep"], 0.1, ["training.zero=1"]),
-    "zero2_adamw": ([*ADAMW, "horovod.wait=sleep"], 1e-3, ["training.zero=2"]),
+    "zero1_sgd_momentum": ([*SGD, EMA, "horovod.wait=sleep"], 0.1, ["training.zero=1"]),
+    "zero2_adamw": ([*ADAMW, "horovod.wait=sleep"], 1e-3, ["training.zero=2", "training.activation_checkpointing=true"]),
 }
 
 
@@ -81,6 +83,19 @@ def whole_weights(backend) -> dict:
     return {k: v.detach().numpy().astype(np.float64) for k, v in state.items()}
 
 
+def whole_ema(backend) -> dict:
+    """The EMA copy by the weights' keys (T=2's gathered), {} without one."""
+    if backend.ema is None:
+        return {}
+    if on_tf():
+        from tf_backend.backend import host_copy
+        entries = [(live.path, live.path, average) for average, live in zip(backend.ema, backend.ema_sources())]
+        arrays = backend.tensor.gather(entries) if backend.tensor else {k: host_copy(v) for k, _, v in entries}
+        return {k: np.asarray(v, np.float64) for k, v in arrays.items()}
+    state = backend.tensor.gather(backend.ema) if backend.tensor else backend.ema
+    return {k: v.detach().numpy().astype(np.float64) for k, v in state.items()}
+
+
 def replicated_digest(backend) -> str:
     """A digest of the parameters every rank of a tensor group holds whole (the embeddings,
     LayerNorms, head): they must stay bit-identical across the group (a clipping norm that
@@ -111,7 +126,9 @@ def run(overrides: list, lr: float, tensor: int) -> dict:
     for step in range(STEPS):
         sums = backend.train_step(batch(backend, step), lr)
         losses.append(float(sums.loss) / float(sums.count))
-    return {"losses": losses, "weights": whole_weights(backend), "block_bytes": block_bytes(backend),
+        if backend.ema is not None:
+            backend.ema_update(EMA_DECAY)
+    return {"ema": whole_ema(backend), "losses": losses, "weights": whole_weights(backend), "block_bytes": block_bytes(backend),
             "replicated": replicated_digest(backend),
             "rank": ctx.rank, "backend": backend, "communication": counted(backend.communication())}
 
@@ -148,9 +165,13 @@ def checkpoint_round_trip(overrides: list, lr: float, own: list, split, whole, o
     report = {"whole_layout": layout}
     for name, backend in (("whole", whole), ("at_1", at_1), ("at_2", at_2)):
         sums = backend.train_step(batch(backend, STEPS), lr)
-        report[name] = {"loss": float(sums.loss) / float(sums.count), "weights": whole_weights(backend)}
+        if backend.ema is not None:
+            backend.ema_update(EMA_DECAY)
+        report[name] = {"loss": float(sums.loss) / float(sums.count), "weights": whole_weights(backend),
+                        "ema": whole_ema(backend)}
     apart = [differences(report[k]["weights"], report["whole"]["weights"]) for k in ("at_1", "at_2")]
-    return {"whole_layout": layout,
+    apart += [differences(report[k]["ema"], report["whole"]["ema"]) for k in ("at_1", "at_2")]
+    return {"whole_layout": layout, "ema": bool(report["whole"]["ema"]),
             "loss": max(abs(report[k]["loss"] - report["whole"]["loss"]) for k in ("at_1", "at_2")),
             "weights": max(rest for rest, _ in apart), "key_bias": max(bias for _, bias in apart)}
 
@@ -204,8 +225,9 @@ def main(out: Path, cases: dict) -> None:
         rank = split["rank"]
         assert list(split["weights"]) == list(whole["weights"])  # T=1's keys, in its order
         weights, key_bias = differences(split["weights"], whole["weights"])
-        report[name] = {"losses": {"2": split["losses"], "1": whole["losses"]}, "weights": weights,
-                        "key_bias": key_bias, "lr": lr,
+        ema, ema_key_bias = differences(split["ema"], whole["ema"])
+        report[name] = {"losses": {"2": split["losses"], "1": whole["losses"]}, "weights": max(weights, ema),
+                        "key_bias": max(key_bias, ema_key_bias), "lr": lr, "ema": bool(whole["ema"]),
                         "block_bytes": {"2": split["block_bytes"], "1": whole["block_bytes"]},
                         "block_share": split["block_bytes"] / whole["block_bytes"],
                         "communication": split["communication"], "replicated": split["replicated"],

@@ -118,6 +118,8 @@ class TensorFlowBackend(HorovodBackend):
     strategy: Any  # hvdcls.strategy: the reduction mode (tf_backend/strategies/), chosen in build
     class_weights: Optional[list[float]]  # training.class_weights (set_class_weights)
     tensor: Optional[tensor_parallel.TensorParallel] = None  # parallel.tensor > 1: this rank's place
+    # parallel.tensor: the EMA copy whole (`ema/i`), gathered for rank 0 to save or read by it to deal
+    ema_whole: Optional[dict[str, np.ndarray]] = None
 
     def __init__(self):
         super().__init__(hvd, {"tensorflow": tf.__version__, "keras": keras.__version__})
@@ -156,10 +158,10 @@ class TensorFlowBackend(HorovodBackend):
                                       None if training.elastic else self.broadcast_object)
         if hv.sync_bn:
             self.model = sync_bn.convert_sync_batchnorm(self.model)  # Horovod: global BN stats
-        if training.activation_checkpointing:  # on the final layers, before the step is traced
-            recompute.enable(self.model, config.model.name)
         # parallel.tensor: every rank takes rank 0's whole model, then keeps its slices of the blocks
         self.model, self.tensor = tensor_parallel.build(self.model, config)
+        if training.activation_checkpointing:  # on the final layers (the split's), before the step is traced
+            recompute.enable(self.model, config.model.name)
         self.l2 = config.optimizer.weight_decay if config.optimizer.name in L2_ON_GRADIENT else 0.0
         self.clip = training.grad_clip_norm
         # the reduction mode: its optimizer, exchange and state (every rank reduces every variable)
@@ -410,6 +412,16 @@ class TensorFlowBackend(HorovodBackend):
             for buffer, value in zip(buffers, averaged):
                 buffer.assign(value)
 
+    def ema_entries(self) -> list:
+        """parallel.tensor: the EMA copy's checkpoint entries, each cut as the variable it averages."""
+        assert self.ema is not None
+        return [(f"ema/{i}", live.path, average) for i, (average, live) in enumerate(zip(self.ema, self.ema_sources()))]
+
+    def prepare_ema_checkpoint(self) -> None:
+        if self.tensor and self.ema is not None and self.tensor.layout.replica(hvd.rank()) == 0:
+            whole = self.tensor.gather(self.ema_entries())  # Horovod: over the group
+            self.ema_whole = whole if hvd.rank() == 0 else None
+
     def save(self, directory: Path) -> None:
         # Each variable's host copy is made as it is written (fileio.savez_one_at_a_time), not
         # all at once: ViT-H/14's 2.5 GB of them killed a zero=2 run under a 22 GB cap.
@@ -417,8 +429,10 @@ class TensorFlowBackend(HorovodBackend):
             f"model/{i}": v.numpy for i, v in enumerate(self.model.variables)}
         self.strategy.save_state(arrays)  # the optimizer's (ZeRO: gathered, or in shard files), PowerSGD's
         arrays.update({f"ema/{i}": v.numpy for i, v in enumerate(self.ema or [])})
+        arrays.update(self.ema_whole or {})  # parallel.tensor: gathered whole
         with fileio.large_output(directory / CHECKPOINT_FILE) as handle:
             fileio.savez_one_at_a_time(handle, arrays)
+        self.ema_whole = None
 
     def load(self, directory: Path) -> None:
         path = directory / CHECKPOINT_FILE
@@ -428,13 +442,24 @@ class TensorFlowBackend(HorovodBackend):
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
             raise UserError(f"cannot load {path}: {err or type(err).__name__}") from None
         check_count(path, stored, "model", len(self.model.variables))
+        if self.tensor and self.ema is not None:  # whole, before the strategy cuts the model's (dealt on broadcast)
+            self.ema_whole = self.whole_ema(stored)
         self.strategy.load_state(stored, directory)  # checked before the model is: nothing half-loaded
         for i, variable in enumerate(self.model.variables):
             if f"model/{i}" in stored:  # (zero=3 took out its sharded variables': read on broadcast)
                 variable.assign(stored[f"model/{i}"])
         if self.ema is not None:  # a checkpoint without one: the EMA starts from its weights
             for i, (average, live) in enumerate(zip(self.ema, self.ema_sources())):
-                average.assign(stored.get(f"ema/{i}", live.numpy()))
+                if self.tensor and self.ema_whole is not None:  # parallel.tensor: this rank's slices
+                    average.assign(self.tensor.cut(live.path, self.ema_whole[f"ema/{i}"]))
+                else:
+                    average.assign(stored.get(f"ema/{i}", live.numpy()))
+
+    def whole_ema(self, stored: dict) -> dict[str, np.ndarray]:
+        """A whole checkpoint's EMA arrays, or its weights' where it has none."""
+        index = {v.path: i for i, v in enumerate(self.model.variables)}
+        return {f"ema/{i}": stored.get(f"ema/{i}", stored[f"model/{index[v.path]}"])
+                for i, v in enumerate(self.ema_sources())}
 
     def snapshot(self) -> dict:
         # copies: a numpy view of a variable's buffer would follow the next steps' updates
@@ -453,7 +478,10 @@ class TensorFlowBackend(HorovodBackend):
         else:
             hvd.broadcast_variables(tf_variables(self.model.variables), root_rank=0)  # Horovod
         self.strategy.broadcast_state()  # Horovod: the optimizer's state (ZeRO: each rank its slices)
-        if self.ema is not None:
+        if self.ema is not None and self.tensor:  # each rank its slices of rank 0's whole EMA, or replica 0's
+            self.tensor.spread(self.ema_entries(), self.ema_whole)
+            self.ema_whole = None
+        elif self.ema is not None:
             hvd.broadcast_variables(self.ema, root_rank=0)  # Horovod: rank 0's EMA copy
 
     def weights(self) -> LazyArrays:

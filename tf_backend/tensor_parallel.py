@@ -205,6 +205,10 @@ class TensorParallel(TensorPlace):
         scale = clip / tf.maximum(norm, clip)
         return [g * tf.cast(scale, g.dtype) for g in grads]
 
+    def cut(self, path: str, value: np.ndarray) -> np.ndarray:
+        """This rank's slice of the whole array of the variable at `path`."""
+        return plan.split_entry(path, value, self.layout.tensor, self.t)
+
     def take_whole(self, state: dict, entries: list[Entry]) -> None:
         """Rank 0, reading a checkpoint: keep its whole arrays for `deal`, and cut `state`'s in
         place to this rank's slices (what the backend and the strategy then assign)."""
@@ -212,6 +216,15 @@ class TensorParallel(TensorPlace):
         for key, path, _ in entries:
             if key in state:
                 state[key] = plan.split_entry(path or "", state[key], self.layout.tensor, self.t)
+
+    def spread(self, entries: list[Entry], whole: Optional[dict[str, np.ndarray]]) -> None:
+        """Every rank's slices of rank 0's whole arrays where rank 0 read them (`whole`, by the
+        entries' keys; None elsewhere), else replica 0's to the other replicas (a collective)."""
+        if hvd.broadcast_object(whole is not None, root_rank=0, name="tp.spread"):  # Horovod
+            self.whole = whole
+            self.deal(entries)
+        elif self.layout.replicas > 1:
+            hvd.broadcast_variables([v for _, _, v in entries], self.data_root, process_set=self.data_set)  # Horovod
 
     def dealing(self) -> bool:
         """Whether rank 0 read a checkpoint to deal (a collective)."""

@@ -90,6 +90,8 @@ class TorchBackend(HorovodBackend):
     counter: powersgd.ByteCounter
     strategy: Any  # hvdcls.strategy: the reduction mode (torch_backend/strategies/), chosen in build
     ema: Optional[dict[str, torch.Tensor]]
+    # parallel.tensor: the EMA copy whole, gathered for rank 0 to save or read by it to deal
+    ema_whole: Optional[dict[str, torch.Tensor]] = None
     pixel_norm: tuple[list[float], list[float]]  # data.mean, data.std: the loader's uint8 batches, normalised
     tensor: Optional[tensor_parallel.TensorParallel] = None  # parallel.tensor > 1: this rank's place
     decode_on_device = False  # data.decode resolved (setup): the workers hand over the JPEGs' bytes
@@ -242,7 +244,11 @@ class TorchBackend(HorovodBackend):
 
     def ema_sources(self) -> dict[str, torch.Tensor]:
         """The model's floating state entries by name (views of the live tensors)."""
-        return {name: t for name, t in self.model.state_dict().items() if t.is_floating_point()}
+        return self.floating(self.model.state_dict())
+
+    @staticmethod
+    def floating(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {name: t for name, t in state.items() if t.is_floating_point()}
 
     @torch.no_grad()
     def ema_update(self, decay: float) -> None:
@@ -286,20 +292,28 @@ class TorchBackend(HorovodBackend):
             for buffer, value in zip(buffers, averaged):
                 buffer.copy_(value)
 
+    def prepare_ema_checkpoint(self) -> None:
+        if self.tensor and self.ema is not None and self.tensor.layout.replica(hvd.rank()) == 0:
+            whole = self.tensor.gather(self.ema)  # Horovod: over the group
+            self.ema_whole = whole if hvd.rank() == 0 else None
+
     def save(self, directory: Path) -> None:
         state = {"model": self.model.state_dict(), "scaler": self.scaler.state_dict()}
         self.strategy.save_state(state)  # "optimizer", and PowerSGD's own
         if self.ema is not None:
-            state["ema"] = self.ema
+            state["ema"] = self.ema_whole if self.ema_whole is not None else self.ema
         with fileio.large_output(directory / CHECKPOINT_FILE) as handle:
             torch.save(state, handle)
         self.strategy.saved()
+        self.ema_whole = None
 
     def load(self, directory: Path) -> None:
         path = directory / CHECKPOINT_FILE
         try:
             state = torch.load(path, map_location=self.device, weights_only=True)
             if self.tensor:  # parallel.tensor: a whole checkpoint, this rank's slices taken (the rest dealt)
+                if self.ema is not None:  # (one without an EMA: it starts from the weights)
+                    self.ema_whole = state.get("ema") or self.floating(state["model"])
                 state = self.tensor.take_whole(state)
             # the strategy's first: it refuses another mode's layout in one line (zero=3's model
             # holds no parameters, the others' every one), before the model's state is compared
@@ -308,6 +322,8 @@ class TorchBackend(HorovodBackend):
             self.scaler.load_state_dict(state["scaler"])
             if self.ema is not None:  # a checkpoint without one: the EMA starts from its weights
                 stored = state.get("ema") or self.ema_sources()
+                if self.tensor and "ema" in state:
+                    stored = self.tensor.cut(stored)
                 for name, t in self.ema.items():
                     t.copy_(stored[name])
         except (OSError, RuntimeError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as err:
@@ -327,7 +343,10 @@ class TorchBackend(HorovodBackend):
     def broadcast_state(self) -> None:
         self.broadcast_tensors(list(self.model.state_dict().items()))
         self.strategy.broadcast_state()  # Horovod: the optimizer's state (ZeRO: each rank its slices)
-        if self.ema is not None:  # Horovod: rank 0's EMA copy
+        if self.ema is not None and self.tensor:  # each rank its slices of rank 0's whole EMA, or replica 0's
+            self.tensor.spread(list(self.ema.items()), self.ema_whole)
+            self.ema_whole = None
+        elif self.ema is not None:  # Horovod: rank 0's EMA copy
             self.broadcast_tensors([(f"ema.{n}", t) for n, t in self.ema.items()])
 
     def broadcast_tensors(self, named: list[tuple[str, torch.Tensor]]) -> None:

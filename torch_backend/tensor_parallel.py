@@ -277,11 +277,23 @@ class TensorParallel(TensorPlace):
                     cut["state"][index][kind] = plan.split_entry(key, entries[key], tensor, self.t, torch_cat)
         return cut
 
+    def cut(self, state: dict) -> dict:
+        """This rank's slices of a whole state dict (torchvision's layout)."""
+        return plan.split_state(state, self.layout.tensor, self.t, torch_cat)
+
+    def spread(self, named: list[tuple[str, torch.Tensor]], whole: Optional[dict]) -> None:
+        """Every rank's slices of rank 0's whole tensors where rank 0 read them (`whole`, by the
+        same keys; None elsewhere), else replica 0's to the other replicas (a collective)."""
+        if hvd.broadcast_object(whole is not None, root_rank=0, name="tp.spread"):  # Horovod
+            self.deal(named, whole)
+        else:
+            self.broadcast(named)
+
     def take_whole(self, state: dict) -> dict:
         """Rank 0, reading a checkpoint: keep the whole state for `deal`, hand back the model
         cut to this rank's slices (the optimizer's is the strategy's to cut)."""
         self.whole = state
-        return {**state, "model": plan.split_state(state["model"], self.layout.tensor, self.t, torch_cat)}
+        return {**state, "model": self.cut(state["model"])}
 
     def deal(self, named: list[tuple[str, torch.Tensor]], whole: Optional[dict]) -> None:
         """Every rank's slices of rank 0's whole tensors (`whole`, by the same keys; None on the

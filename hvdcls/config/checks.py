@@ -184,9 +184,7 @@ def _tensor_conflict(config: Config) -> str | None:
         (training.balance != "off", f"training.balance={training.balance}"),
         (training.zero == 3, "training.zero=3"),  # zero 1 and 2 shard over the replicas
         (training.compile, "training.compile=true"),
-        (training.activation_checkpointing, "training.activation_checkpointing=true"),
         (config.optimizer.lr == AUTO_LR, "optimizer.lr=auto"),
-        (training.ema_decay is not None, "training.ema_decay"),  # its copy would be saved as this rank's slices
     ]
     return next((key for conflict, key in conflicts if conflict), None)
 

@@ -11,10 +11,11 @@ weights; each rank holds half the blocks' parameter bytes (the LayerNorms and th
 layers' biases stay whole: 0.506 at this width). A checkpoint saved at T=2 holds T=1's keys
 and whole shapes (torchvision's, the TF ViT's); resumed at T=1 (and T=1's at T=2), a fourth step goes on as the run that
 did not stop, to the same bounds. `hvdcls train` at T=4 over the 2 ranks stops before it
-trains, with one line. Gradient clipping binds in the SGD case: the norm is the whole model's
+trains, with one line. The AdamW case keeps a model EMA, held to the weights' bounds
+(gathered, saved whole, resumed across the split). Gradient clipping binds in the SGD case: the norm is the whole model's
 on every rank, so the parameters a group holds whole stay bit-identical across its ranks.
 
-At np=4, ZeRO 1 (SGD, clipping) and 2 (AdamW) composed with the split: every step's loss and
+At np=4, ZeRO 1 (SGD, clipping, EMA) and 2 (AdamW, activation checkpointing) composed with the split: every step's loss and
 the gathered weights equal those of T=1 data-parallel over the 4 ranks without ZeRO, to the
 same bounds; the whole parameters are bit-identical on all 4 ranks; a checkpoint saved at T=2
 with ZeRO resumes at T=1 without it and back.
@@ -28,7 +29,7 @@ import pytest
 from hvdcls import models
 from hvdcls.launching import launch
 from tests.parallel.test_train import NP, REPO
-from tests.tensor_step import BATCH, CASES, SIDE, STEPS, VIT_TEST, ZERO_CASES
+from tests.tensor_step import BATCH, CASES, EMA, SIDE, STEPS, VIT_TEST, ZERO_CASES
 
 pytestmark = pytest.mark.parallel
 TOLERANCE = 1e-5
@@ -53,6 +54,8 @@ def zero_reports(tmp_path_factory, request):
 
 
 def check_steps_equal(run: dict, case: str) -> None:
+    """The weights' bounds hold for the EMA copy too, where the case keeps one (gathered alike)."""
+    assert run["ema"] == (EMA in {**CASES, **ZERO_CASES}[case][0]), case
     assert run["losses"]["2"] == pytest.approx(run["losses"]["1"], abs=TOLERANCE), run["losses"]
     assert run["weights"] <= TOLERANCE, (case, run["weights"])
     key_bias = TOLERANCE if "sgd" in case else STEPS * run["lr"]
@@ -61,7 +64,7 @@ def check_steps_equal(run: dict, case: str) -> None:
 
 def check_resumed(run: dict, case: str) -> None:
     resumed, lr = run["resumed"], run["lr"]
-    assert resumed["whole_layout"]
+    assert resumed["whole_layout"] and resumed["ema"] == run["ema"]
     assert resumed["loss"] <= TOLERANCE and resumed["weights"] <= TOLERANCE, (case, resumed)
     assert resumed["key_bias"] <= (TOLERANCE if "sgd" in case else (STEPS + 1) * lr), (case, resumed)
 

@@ -158,7 +158,6 @@ def test_a_block_that_does_not_split_evenly_says_which_entry():
     (["parallel.tensor=2", "model.name=vit_b_16", "training.elastic=true"], "elastic"),
     (["parallel.tensor=2", "model.name=vit_b_16", "training.balance=dynamic"], "balance=dynamic"),
     (["parallel.tensor=2", "model.name=vit_b_16", "training.zero=3"], "zero=3"),
-    (["parallel.tensor=2", "model.name=vit_b_16", "training.ema_decay=0.99"], "ema_decay"),
     (["parallel.tensor=0"], ">= 1"),
 ])
 def test_config_refuses_in_one_line(overrides, message):
@@ -169,6 +168,8 @@ def test_config_refuses_in_one_line(overrides, message):
 
 def test_config_takes_a_vit_whose_heads_it_divides():
     assert cfg.load(overrides=["parallel.tensor=4", "model.name=vit_l_16"]).parallel.tensor == 4
+    assert cfg.load(overrides=["parallel.tensor=2", "model.name=vit_b_16",  # each split block recomputed
+                               "training.activation_checkpointing=true"]).training.activation_checkpointing
 
 
 @pytest.mark.parametrize("level", [1, 2])
