@@ -55,9 +55,13 @@ def on_tf() -> bool:
     return BACKEND == "tensorflow"
 
 
+def settings(overrides: list, tensor: int):
+    return cfg.load(overrides=[f"model.name={VIT_TEST}", f"training.batch_size={BATCH}", f"data.image_size={SIDE}",
+                               f"parallel.tensor={tensor}", *overrides])
+
+
 def build(overrides: list, tensor: int):
-    config = cfg.load(overrides=[f"model.name={VIT_TEST}", f"training.batch_size={BATCH}", f"data.image_size={SIDE}",
-                                 f"parallel.tensor={tensor}", *overrides])
+    config = settings(overrides, tensor)
     backend = registry.create_backend(BACKEND)
     ctx = backend.init(config)
     backend.seed(0)
@@ -203,6 +207,28 @@ def differences(split: dict, whole: dict) -> tuple[float, float]:
     return rest, key_bias
 
 
+def range_test() -> dict:
+    """optimizer.lr=auto's sweep at T=2 over the digits (a few steps): each rank's own loss a
+    step, which the group's ranks share only if they read the same batches (its replica's)."""
+    from hvdcls.data import datasets
+    from hvdcls.training import lr_sweep
+
+    overrides = ["optimizer.lr=auto", "optimizer.lr_find.steps=6", "data.workers=0"]
+    backend, ctx = build(overrides, 2)
+    config = settings(overrides, 2)
+    local: list[float] = []
+    step = backend.train_step
+
+    def counted_step(micro, lr):
+        sums = step(micro, lr)
+        local.append(float(sums.loss) / float(sums.count))
+        return sums
+
+    backend.train_step = counted_step
+    sweep = lr_sweep.run(config, backend, ctx, datasets.open_data(config))
+    return {"local_losses": local, "steps": len(sweep.lrs), "chosen": sweep.choice.lr > 0}
+
+
 def refusal() -> str:
     """`hvdcls train`'s own start at T=4 over these 2 ranks (4 divides the heads, not the world):
     the one-line error every rank stops with before it builds or reads anything."""
@@ -237,6 +263,7 @@ def main(out: Path, cases: dict) -> None:
         barrier = split["backend"]
     barrier.broadcast_object(None, "done")  # the groups end together: a rank that exits shuts Horovod down
     if cases is CASES:  # at np=2
+        report["range_test"] = range_test()
         report["refused"] = refusal()  # last: a run's start sets Horovod's variables
     (out / f"rank-{rank}.json").write_text(json.dumps(report, indent=1))
 

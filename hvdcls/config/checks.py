@@ -184,7 +184,6 @@ def _tensor_conflict(config: Config) -> str | None:
         (training.balance != "off", f"training.balance={training.balance}"),
         (training.zero == 3, "training.zero=3"),  # zero 1 and 2 shard over the replicas
         (training.compile, "training.compile=true"),
-        (config.optimizer.lr == AUTO_LR, "optimizer.lr=auto"),
     ]
     return next((key for conflict, key in conflicts if conflict), None)
 

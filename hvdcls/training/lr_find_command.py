@@ -20,7 +20,6 @@ from typing import Optional
 from hvdcls import config as cfg
 from hvdcls import registry, tables
 from hvdcls.data import datasets
-from hvdcls.errors import UserError
 from hvdcls.files.fileio import write_atomic, write_json_atomic
 from hvdcls.launching import horovod_env
 from hvdcls.training import lr_find, lr_sweep
@@ -34,9 +33,6 @@ TABLE_ROWS = 20  # about this many of the sweep's points in the printed table
 def run(backend_name: str, config_file: Optional[Path], overrides: list[str], flags: dict) -> int:
     registry.get(backend_name)
     config = cfg.load(config_file, overrides, flags)
-    if config.parallel.tensor > 1:  # the sweep deals its batches by rank, not by replica
-        raise UserError(f"hvdcls lr-find with parallel.tensor={config.parallel.tensor}: the range test "
-                        "is not built for tensor parallelism yet; run it at parallel.tensor=1")
     # One plain world: elastic defers the initial broadcast to a sync the sweep never reaches.
     config = dataclasses.replace(config, training=dataclasses.replace(config.training, elastic=False))
     data = datasets.open_data(config)  # bad paths refused before Horovod starts, as train does
@@ -89,7 +85,8 @@ def how_chosen(sweep: lr_sweep.Sweep) -> str:
 
 
 def global_batch(config: cfg.Config, size: int) -> int:
-    return config.training.batch_size * config.horovod.backward_passes_per_step * size
+    """Over `size` ranks; parallel.tensor: a replica's T ranks read one batch."""
+    return config.training.batch_size * config.horovod.backward_passes_per_step * (size // config.parallel.tensor)
 
 
 def plot(sweep: lr_sweep.Sweep) -> bytes:

@@ -1,7 +1,8 @@
 """The learning-rate range test on a backend: `optimizer.lr=auto` and `hvdcls lr-find`.
 
 Every rank trains the same number of steps at the same rates on its own shard of the
-training data, as training would; after each step the loss is summed over ranks with one
+training data, as training would (parallel.tensor: its replica's shard, which the T ranks of a
+replica share); after each step the loss is summed over ranks with one
 all-reduce, so every rank sees the same global mean loss, smooths it alike and stops at the
 same step (hvdcls.training.lr_find makes every decision from those values alone). The
 choice is then gathered from every rank: they must agree, and the summary keeps each. The
@@ -31,6 +32,7 @@ from hvdcls.data.sharding import TrainShards
 from hvdcls.data.sources import Data
 from hvdcls.data.transforms import Preprocess
 from hvdcls.data.workers import LoaderWorkers
+from hvdcls.maths.tensor_parallel import Layout
 from hvdcls.training import lr_find
 from hvdcls.training.loop import grouped, loss_class_weights
 from hvdcls.training.watchdog import IN_STEP, READING, Phases
@@ -67,12 +69,25 @@ def finite(value: float) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
+def replicas(config: Config, ctx: Context) -> tuple[int, int]:
+    """(replicas, this rank's): the data is dealt over the replicas, as training deals it
+    (parallel.tensor: a replica's T ranks read the same batches; else one replica a rank)."""
+    layout = Layout(ctx.size, config.parallel.tensor)
+    return layout.replicas, layout.replica(ctx.rank)
+
+
+def shards_of(config: Config, ctx: Context, data: Data) -> TrainShards:
+    count, replica = replicas(config, ctx)
+    return TrainShards(len(data.train), count, replica, config.training.batch_size,
+                       config.horovod.backward_passes_per_step, config.training.seed)
+
+
 def batches(config: Config, backend: Backend, ctx: Context, data: Data) -> Generator[list, None, None]:
     """This rank's training micro-batches, grouped into steps, epoch after epoch (a small data
     set has fewer steps in an epoch than the sweep takes), as training would read them."""
     training = config.training
     passes = config.horovod.backward_passes_per_step
-    shards = TrainShards(len(data.train), ctx.size, ctx.rank, training.batch_size, passes, training.seed)
+    shards = shards_of(config, ctx, data)
     preprocess = Preprocess(config.data, training.seed, data.augment.get("preset"))
     mix = BatchMix(config.data, data.num_classes, training.seed)
     workers = LoaderWorkers(config.data.workers, ctx.local_size, passes)  # auto: the most, as epoch 1 has
@@ -95,7 +110,7 @@ def run(config: Config, backend: Backend, ctx: Context, data: Data,
     phases = phases or Phases()
     settings = config.optimizer.lr_find
     planned = lr_find.rates(settings.min_lr, settings.max_lr, settings.steps)
-    scale = lr_scale(config.optimizer, ctx.size, config.horovod.backward_passes_per_step,
+    scale = lr_scale(config.optimizer, replicas(config, ctx)[0], config.horovod.backward_passes_per_step,
                      config.training.batch_size)
     started = time.perf_counter()
     if config.training.class_weights != "none":  # the loss training will minimise
@@ -114,9 +129,7 @@ def run(config: Config, backend: Backend, ctx: Context, data: Data,
 
 def schedule_steps(config: Config, ctx: Context, data: Data) -> int:
     """The optimizer steps the training to come takes (its epochs x steps an epoch)."""
-    shards = TrainShards(len(data.train), ctx.size, ctx.rank, config.training.batch_size,
-                         config.horovod.backward_passes_per_step, config.training.seed)
-    return config.training.epochs * shards.steps_per_epoch
+    return config.training.epochs * shards_of(config, ctx, data).steps_per_epoch
 
 
 def steps(backend: Backend, planned: list[float], micro_batches: Iterable[list],
@@ -132,6 +145,7 @@ def steps(backend: Backend, planned: list[float], micro_batches: Iterable[list],
         phases.enter(IN_STEP, i)
         sums = backend.train_step(micro, lr)
         # Horovod: the global mean loss, the same value on every rank, so every rank decides alike
+        # (parallel.tensor: each replica's sums T times over, numerator and count alike)
         loss_sum, count = backend.allreduce_sum([float(sums.loss), float(sums.count)], f"lr_find.{i}")
         lrs.append(lr)
         losses.append(loss_sum / max(count, 1.0))

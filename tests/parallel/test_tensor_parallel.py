@@ -11,7 +11,7 @@ weights; each rank holds half the blocks' parameter bytes (the LayerNorms and th
 layers' biases stay whole: 0.506 at this width). A checkpoint saved at T=2 holds T=1's keys
 and whole shapes (torchvision's, the TF ViT's); resumed at T=1 (and T=1's at T=2), a fourth step goes on as the run that
 did not stop, to the same bounds. `hvdcls train` at T=4 over the 2 ranks stops before it
-trains, with one line. The AdamW case keeps a model EMA, held to the weights' bounds
+trains, with one line; `optimizer.lr=auto`'s range test at T=2 reads one batch a group. The AdamW case keeps a model EMA, held to the weights' bounds
 (gathered, saved whole, resumed across the split). Gradient clipping binds in the SGD case: the norm is the whole model's
 on every rank, so the parameters a group holds whole stay bit-identical across its ranks.
 
@@ -116,6 +116,14 @@ def test_each_rank_holds_half_the_blocks(reports):
         for case in CASES:
             held = report[case]["block_bytes"]
             assert held["2"] / held["1"] == pytest.approx(0.5, abs=0.01), (case, held)
+
+
+def test_the_range_test_reads_one_batch_a_tensor_group(reports):
+    """optimizer.lr=auto at T=2: the group's two ranks step on the same batches (the same loss
+    on each, its replica's), and the sweep chooses a rate."""
+    sweeps = [report["range_test"] for report in reports]
+    assert sweeps[0]["local_losses"] == sweeps[1]["local_losses"] and sweeps[0]["steps"] == 6
+    assert all(sweep["chosen"] for sweep in sweeps)
 
 
 def test_a_world_it_does_not_divide_is_refused_in_one_line_before_training(reports):

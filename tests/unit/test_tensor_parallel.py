@@ -191,8 +191,12 @@ def test_the_norm_counts_a_slice_once_and_a_whole_entry_once_over_the_group():
     assert tp.norm_share(BLOCK + "mlp.0.weight", 2) == 1.0 and tp.norm_share(BLOCK + "ln_1.weight", 2) == 0.5
 
 
-def test_lr_find_is_refused_before_anything_starts():
-    from hvdcls.training import lr_find_command
+def test_the_range_test_deals_its_batches_and_scales_its_rate_by_replica():
+    from types import SimpleNamespace
 
-    with pytest.raises(UserError, match="lr-find with parallel.tensor=2"):
-        lr_find_command.run("torch", None, ["parallel.tensor=2", "model.name=vit_b_16"], {})
+    from hvdcls.training import lr_find_command, lr_sweep
+
+    config = cfg.load(overrides=["parallel.tensor=2", "model.name=vit_b_16", "optimizer.lr=auto"])
+    assert [lr_sweep.replicas(config, SimpleNamespace(size=4, rank=r)) for r in range(4)] == [(2, 0), (2, 0),
+                                                                                              (2, 1), (2, 1)]
+    assert lr_find_command.global_batch(config, 4) == 2 * config.training.batch_size
