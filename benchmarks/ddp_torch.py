@@ -18,11 +18,10 @@ import time
 
 import torch
 import torch.distributed as dist
-import torchvision
 from common import measure, parse, write
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch_input import batches
-from torch_step import local_rank, pick_device, plain_step
+from torch_step import local_rank, pick_device, plain_step, torchvision_model
 
 HOOKS = {"none": None, "fp16": "fp16_compress_hook", "powersgd": "powerSGD_hook"}
 DEFAULT_BUCKET_MB = 25  # DDP's own default
@@ -89,7 +88,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = pick_device(args, local_rank())
-    model = torchvision.models.get_model(args.model, weights=None, num_classes=10)
+    model = torchvision_model(args.model, args.image_size)
     model = model.to(device)  # channels-last on the batches only, as hvdcls does (torch_input)
     ddp = torch.nn.parallel.DistributedDataParallel(
         model, device_ids=[device.index] if device.type == "cuda" else None,

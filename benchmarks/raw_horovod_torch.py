@@ -5,10 +5,9 @@
 import horovod
 import horovod.torch as hvd
 import torch
-import torchvision
 from common import measure, parse, write
 from torch_input import batches
-from torch_step import pick_device, plain_step
+from torch_step import pick_device, plain_step, torchvision_model
 
 
 def main() -> None:
@@ -17,7 +16,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = pick_device(args, hvd.local_rank())
-    model = torchvision.models.get_model(args.model, weights=None, num_classes=10)
+    model = torchvision_model(args.model, args.image_size)
     model = model.to(device)  # channels-last on the batches only, as hvdcls does (torch_input)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     compression = hvd.Compression.fp16 if args.compression == "fp16" else hvd.Compression.none

@@ -14,6 +14,15 @@ def pick_device(args: argparse.Namespace, local_rank: int) -> torch.device:
     return torch.device("cuda", local_rank)
 
 
+def torchvision_model(name: str, image_size: int) -> torch.nn.Module:
+    """torchvision's model by name, untrained, 10 classes; a ViT built for `image_size` (its
+    position embeddings are sized for it: at another size its forward refuses the batch)."""
+    import torchvision
+
+    sized = {"image_size": image_size} if name.startswith("vit_") else {}
+    return torchvision.models.get_model(name, weights=None, num_classes=10, **sized)
+
+
 def local_rank() -> int:
     """torchrun sets LOCAL_RANK; horovodrun sets HOROVOD_LOCAL_RANK (and hvd.local_rank())."""
     return int(os.environ.get("LOCAL_RANK", os.environ.get("HOROVOD_LOCAL_RANK", "0")))

@@ -254,13 +254,16 @@ def run_cell(cell: Cell, spec: BenchSpec, scratch: Path, hosts=None, throttle=No
     return {**json.loads(out.read_text()), "outside": [watch.outside]}
 
 
+BASELINE_REFUSED = "bench baseline: error: "  # benchmarks/tf_step.py's one line for a model it has not
+
+
 def failure(result: subprocess.CompletedProcess) -> str:
-    """A failed launch in one line: the worker's refusal where it gave one (every rank gives
-    the same), else the output's last lines."""
+    """A failed launch in one line: the worker's or a baseline's refusal where it gave one
+    (every rank gives the same), else the output's last lines."""
     from hvdcls.bench.worker import REFUSED
 
     lines = (result.stdout + result.stderr).strip().splitlines()
-    refused = [line.split(REFUSED, 1)[1] for line in lines if REFUSED in line]
+    refused = [line.split(prefix, 1)[1] for line in lines for prefix in (REFUSED, BASELINE_REFUSED) if prefix in line]
     return f"exit {result.returncode}: " + (refused[0] if refused else " | ".join(lines[-5:]))
 
 

@@ -133,6 +133,9 @@ def test_a_refused_cell_reports_the_workers_one_line(capsys):
     launch = subprocess.CompletedProcess([], 2, "noise\n" + said + "\n", said + "\nmore noise\n")
     assert bench.failure(launch) == "exit 2: " + err[0][len(worker.REFUSED):]
     assert bench.failure(subprocess.CompletedProcess([], 1, "a\nb", "")) == "exit 1: a | b"
+    baseline = "[0]<stderr>:bench baseline: error: keras.applications has no model 'vit_b_16'"  # benchmarks/tf_step.py
+    assert bench.failure(subprocess.CompletedProcess([], 2, "", "noise\n" + baseline)) == \
+        "exit 2: keras.applications has no model 'vit_b_16'"
 
 
 @pytest.mark.parametrize("change, words", [
