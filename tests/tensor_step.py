@@ -42,6 +42,8 @@ CASES = {
 }
 # `zero` (np=4: 2 replicas x T=2): ZeRO sharding the split's slices over the 2 replicas, against
 # T=1 data-parallel over the 4 ranks without it.
+# np=4: the zero 1 case's replicas read unequal batches, 3 to 1, weighted as balance=fixed weighs them
+SHARES = {"zero1_sgd_momentum": (3, 1)}
 ZERO_CASES = {
     "zero1_sgd_momentum": ([*SGD, EMA, "horovod.wait=sleep"], 0.1, ["training.zero=1"]),
     "zero2_adamw": ([*ADAMW, "horovod.wait=sleep"], 1e-3, ["training.zero=2", "training.activation_checkpointing=true"]),
@@ -69,12 +71,21 @@ def build(overrides: list, tensor: int):
     return backend, ctx
 
 
-def batch(backend, step: int) -> list:
+def batch(backend, step: int, shares: tuple = ()) -> list:
     """The same batch on ranks 2k and 2k+1: at np=2 every rank's, at np=4 each T=2 replica's
-    (and at T=1 each pair's, so that the average over the 4 ranks is the 2 replicas')."""
-    rng = np.random.default_rng([100 + step, backend.hvd.rank() // 2])
-    return list(backend.loader([(rng.standard_normal((BATCH, SIDE, SIDE, 3)).astype(np.float32),
-                                 rng.integers(0, CLASSES, BATCH).astype(np.int64))], 0))
+    (and at T=1 each pair's, so that the average over the 4 ranks is the 2 replicas').
+    `shares`: pair k's batch is in proportion to shares[k] (training.balance=fixed's plan)."""
+    pair = backend.hvd.rank() // 2
+    size = BATCH * len(shares) * shares[pair] // sum(shares) if shares else BATCH
+    rng = np.random.default_rng([100 + step, pair])
+    return list(backend.loader([(rng.standard_normal((size, SIDE, SIDE, 3)).astype(np.float32),
+                                 rng.integers(0, CLASSES, size).astype(np.int64))], 0))
+
+
+def balanced_weight(backend, shares: tuple) -> float:
+    """Plan.weight of the rank's pair: pairs x its batch / the global batch (the same for the
+    4 ranks at T=1 as for the 2 replicas at T=2)."""
+    return len(shares) * shares[backend.hvd.rank() // 2] / sum(shares) if shares else 1.0
 
 
 def whole_weights(backend) -> dict:
@@ -124,11 +135,11 @@ def block_bytes(backend) -> int:
                if n.startswith("encoder.layers."))
 
 
-def run(overrides: list, lr: float, tensor: int) -> dict:
+def run(overrides: list, lr: float, tensor: int, shares: tuple = ()) -> dict:
     backend, ctx = build(overrides, tensor)
     losses = []
     for step in range(STEPS):
-        sums = backend.train_step(batch(backend, step), lr)
+        sums = backend.train_step(batch(backend, step, shares), lr, balanced_weight(backend, shares))
         losses.append(float(sums.loss) / float(sums.count))
         if backend.ema is not None:
             backend.ema_update(EMA_DECAY)
@@ -247,7 +258,8 @@ def refusal() -> str:
 def main(out: Path, cases: dict) -> None:
     report, rank = {}, 0
     for name, (overrides, lr, own) in cases.items():
-        split, whole = run([*overrides, *own], lr, 2), run(overrides, lr, 1)
+        shares = SHARES.get(name, ())
+        split, whole = run([*overrides, *own], lr, 2, shares), run(overrides, lr, 1, shares)
         rank = split["rank"]
         assert list(split["weights"]) == list(whole["weights"])  # T=1's keys, in its order
         weights, key_bias = differences(split["weights"], whole["weights"])

@@ -181,7 +181,7 @@ def _tensor_conflict(config: Config) -> str | None:
         (hv.compression == "powersgd", "horovod.compression=powersgd"),
         (hv.op == "adasum", "horovod.op=adasum"),
         (training.elastic, "training.elastic=true"),
-        (training.balance != "off", f"training.balance={training.balance}"),
+        (training.balance == "dynamic", "training.balance=dynamic"),  # fixed: per replica
         (training.zero == 3, "training.zero=3"),  # zero 1 and 2 shard over the replicas
         (training.compile, "training.compile=true"),
     ]

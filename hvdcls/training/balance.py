@@ -155,8 +155,9 @@ class Settings:
 
 
 def settings(config: Config, ranks: int, on_gpu: bool) -> Settings:
-    """The balancing settings for `ranks` ranks; a UserError (one line, on every rank alike)
-    when they cannot hold the global batch or the shares do not fit the world."""
+    """The balancing settings for `ranks` ranks (parallel.tensor: the replicas, each of whose T
+    ranks reads one batch); a UserError (one line, on every rank alike) when they cannot hold
+    the global batch or the shares do not fit the world."""
     training, bal = config.training, config.training.balancing
     # GPUs: multiples of 8 where the batch allows, so that equal batches stay equal (batch 12: 4)
     quantum = bal.quantum or (math.gcd(8, training.batch_size) if on_gpu else 1)
@@ -166,8 +167,9 @@ def settings(config: Config, ranks: int, on_gpu: bool) -> Settings:
         if problem:
             raise UserError(f"config training.balance={training.balance}: {problem}")
     if training.balance == "fixed" and len(bal.shares) != ranks:
+        unit = "replica" if config.parallel.tensor > 1 else "rank"
         raise UserError(f"config training.balancing.shares={list(bal.shares)}: {len(bal.shares)} "
-                        f"shares for {ranks} ranks (one per rank)")
+                        f"shares for {ranks} {unit}s (one per {unit})")
     return Settings(training.balance, bounds, tuple(bal.shares), bal.threshold, bal.smoothing,
                     bal.every)
 
@@ -310,8 +312,8 @@ class Rebalancer:
         return new
 
 
-def describe(new: Plan, rank_count: int) -> str:
-    """The line logged when a plan changes."""
+def describe(new: Plan, rank_count: int, unit: str = "rank") -> str:
+    """The line logged when a plan changes (`unit`: parallel.tensor's are per replica)."""
     speeds = "" if new.speeds is None else " at " + ", ".join(f"{s:.1f}" for s in new.speeds) + " img/s"
     batches = ", ".join(str(b) for b in new.batches)
-    return f"balance: per-rank batches {batches} from step {new.step}{speeds} ({rank_count} ranks)"
+    return f"balance: per-{unit} batches {batches} from step {new.step}{speeds} ({rank_count} {unit}s)"

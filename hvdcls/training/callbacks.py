@@ -51,6 +51,7 @@ class Trainer(Protocol):
     stopping: Optional[str]
     workers: LoaderWorkers
     shards: Any  # TrainShards or BalancedShards (hvdcls.data.sharding)
+    replicas: int  # what the data is dealt and balanced over (parallel.tensor: np / T; else np)
     faults: faults.StepHooks
     ema: Optional[ema.EmaSchedule]
     rebalancer: Optional[balance.Rebalancer]
@@ -227,6 +228,11 @@ class FrozenEpochs(Callback):
         trainer.backend.set_frozen(finetune.frozen_at(self.freeze_epochs, epoch))
 
 
+def describe(plan: balance.Plan, trainer: Trainer) -> str:
+    """The plan's line: per rank, or per replica under parallel.tensor."""
+    return balance.describe(plan, trainer.replicas, "replica" if trainer.config.parallel.tensor > 1 else "rank")
+
+
 class Rebalancing(Callback):
     """training.balance=dynamic: each rank's compute counted after every step; when an
     exchange is due every rank's is gathered and maybe a new plan adopted (the same answer on
@@ -237,7 +243,7 @@ class Rebalancing(Callback):
 
     def run_begin(self, trainer: Trainer, start_epoch: int) -> None:
         plan = self.rebalancer.plan  # resume too: a new run plans afresh
-        trainer.monitor.note(balance.describe(plan, trainer.ctx.size))
+        trainer.monitor.note(describe(plan, trainer))
         trainer.monitor.balance(list(plan.batches), list(plan.speeds or []))
 
     def after_step(self, trainer: Trainer, tally: Tally, sample: StepSample) -> bool:
@@ -247,7 +253,7 @@ class Rebalancing(Callback):
             trainer.step_origin + sample.step + 1)
         if new is None:
             return False
-        trainer.monitor.note(balance.describe(new, trainer.ctx.size))
+        trainer.monitor.note(describe(new, trainer))
         trainer.monitor.balance(list(new.batches), list(new.speeds or []))
         return True
 

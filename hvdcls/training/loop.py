@@ -146,12 +146,13 @@ class Trainer:
         backend.allreduce_wait_hook = lambda: self.phases.enter(ALLREDUCE)
         self.step_phase = COMPUTING if backend.marks_allreduce_wait else IN_STEP
         self.passes = config.horovod.backward_passes_per_step
-        balancing = balance.settings(config, ctx.size, ctx.device.startswith("cuda"))
-        shards = TrainShards if balancing.mode == "off" else BalancedShards
         # parallel.tensor: the T ranks of a replica read the same batches, so the data is dealt
-        # over the replicas (np / T) and each replica's first rank alone counts its metrics
+        # (and balanced) over the replicas (np / T) and each replica's first rank alone counts
+        # its metrics
         self.layout = Layout(ctx.size, config.parallel.tensor)
         self.replicas, self.replica = self.layout.replicas, self.layout.replica(ctx.rank)
+        balancing = balance.settings(config, self.replicas, ctx.device.startswith("cuda"))
+        shards = TrainShards if balancing.mode == "off" else BalancedShards
         self.shards = shards(len(data.train), self.replicas, self.replica, config.training.batch_size,
                              self.passes, config.training.seed, sampler_weights(config, data))  # a plain run's batches
         # An elastic attempt's batches come from ElasticShards (hvdcls.training.elastic): no
@@ -165,7 +166,7 @@ class Trainer:
         self.steps_per_epoch = (self.elastic_shards or self.shards).steps_per_epoch
         # training.balance: the plan in force, re-planned from measured compute when dynamic
         self.rebalancer = (None if balancing.mode == "off"
-                           else balance.Rebalancer(balancing, ctx.size, ctx.rank, start_step))
+                           else balance.Rebalancer(balancing, self.replicas, self.replica, start_step))
         # The global step of the epoch's step 0, which numbers the steps a new plan starts
         # at; an elastic attempt sets it, as its world's steps since the epoch began are not
         # the run's.
@@ -253,7 +254,7 @@ class Trainer:
         return tally
 
     def grad_weight(self) -> float:
-        return 1.0 if self.rebalancer is None else self.rebalancer.plan.weight(self.ctx.rank)
+        return 1.0 if self.rebalancer is None else self.rebalancer.plan.weight(self.replica)
 
     def epoch_batches(self, epoch: int, indices: list) -> EpochBatches:
         """This rank's training micro-batches `indices` of `epoch`, read and augmented."""

@@ -110,7 +110,8 @@ def train(config: cfg.Config, backend_name: str) -> dict:
         print(f"hvdcls: warning: {dropped}", file=sys.stderr)
     check_controller(config, ctx)
     tensor_parallel.check_run(config.parallel.tensor, backend_name, ctx.size)  # before any work
-    balance.settings(config, ctx.size, ctx.device.startswith("cuda"))  # bad plans: before any work
+    balance.settings(config, ctx.size // config.parallel.tensor,  # bad plans: before any work (per replica)
+                     ctx.device.startswith("cuda"))
     if not config.training.elastic:  # elastic: at each attempt's start, which a joining worker meets too
         ctx = share_cores(backend, ctx, config)
     kind: RunKind = ElasticRun() if config.training.elastic else PlainRun()

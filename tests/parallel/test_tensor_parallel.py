@@ -15,7 +15,8 @@ trains, with one line; `optimizer.lr=auto`'s range test at T=2 reads one batch a
 (gathered, saved whole, resumed across the split). Gradient clipping binds in the SGD case: the norm is the whole model's
 on every rank, so the parameters a group holds whole stay bit-identical across its ranks.
 
-At np=4, ZeRO 1 (SGD, clipping, EMA) and 2 (AdamW, activation checkpointing) composed with the split: every step's loss and
+At np=4, ZeRO 1 (SGD, clipping, EMA, the replicas' batches 3:1 weighted as balance=fixed
+weighs them) and 2 (AdamW, activation checkpointing) composed with the split: every step's loss and
 the gathered weights equal those of T=1 data-parallel over the 4 ranks without ZeRO, to the
 same bounds; the whole parameters are bit-identical on all 4 ranks; a checkpoint saved at T=2
 with ZeRO resumes at T=1 without it and back.

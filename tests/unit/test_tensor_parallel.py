@@ -182,6 +182,17 @@ def test_zero_1_and_2_compose_with_the_split_and_save_whole(level):
     assert strategy.writes_shard_files(cfg.load(overrides=[f"training.zero={level}"]))
 
 
+def test_fixed_balancing_plans_per_replica_and_dynamic_is_refused():
+    from hvdcls.training import balance
+
+    fixed = ["parallel.tensor=2", "model.name=vit_b_16", "training.balance=fixed", "training.balancing.shares=[3,1]"]
+    settings = balance.settings(cfg.load(overrides=fixed), 2, on_gpu=False)  # np=4: 2 replicas
+    plan = balance.initial_plan(settings, 2)
+    assert plan.batches == (48, 16) and plan.weight(0) == 1.5  # batch_size 32 a replica
+    with pytest.raises(UserError, match="2 shares for 4 replicas .one per replica."):
+        balance.settings(cfg.load(overrides=fixed), 4, on_gpu=False)
+
+
 def test_the_norm_counts_a_slice_once_and_a_whole_entry_once_over_the_group():
     state = block_state(hidden=8, mlp=16)
     for tensor in (2, 4):
