@@ -121,7 +121,10 @@ def test_each_rank_holds_half_the_blocks(reports):
 
 def test_the_range_test_reads_one_batch_a_tensor_group(reports):
     """optimizer.lr=auto at T=2: the group's two ranks step on the same batches (the same loss
-    on each, its replica's), and the sweep chooses a rate."""
+    on each, its replica's), and the sweep chooses a rate (torch's launch: the sweep's dealing
+    is the core's, hvdcls.training.lr_sweep)."""
+    if reports[0]["backend"] == "tensorflow":
+        pytest.skip("the sweep's dealing is the core's: checked on torch's launch")
     sweeps = [report["range_test"] for report in reports]
     assert sweeps[0]["local_losses"] == sweeps[1]["local_losses"] and sweeps[0]["steps"] == 6
     assert all(sweep["chosen"] for sweep in sweeps)
