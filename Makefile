@@ -35,10 +35,14 @@ demo: setup
 # downloads and layer writes wait on the network and the disk, not the cores); the Docker
 # tests' fixtures find them up to date, or build what a failed background build left.
 # BESIDE: parallel tests that mostly wait, run beside the single-process suites instead of after
-# them. The service's crash rounds: stand-in jobs that sleep, 20 s of CPU in its 73 s.
+# them (in that order, one at a time). Each kept the cores under 2/3 busy when run alone
+# (2026-12-07, docs/testing.md#measured): the service's crash rounds (stand-in jobs that
+# sleep), its fuzzed API (one slot held by an idle job), its full disk, Slurm's daemons, the
+# installation's checks and tools/gpu_check.sh's CPU mode (one process at a time).
 TEST_WORKERS ?= 2
 SINGLE_PROCESS_SUITES := tests/unit tests/torch_backend tests/tf_backend
-BESIDE := tests/parallel/test_serve_crash.py
+BESIDE := $(addprefix tests/parallel/,test_serve_crash.py test_serve_api.py test_serve_disk.py test_slurm.py \
+	test_installation.py test_gpu_check.py)
 test: setup lint
 	@bash tools/docker_engine.sh --try
 	@status=0; images=; mkdir -p build; \
@@ -47,7 +51,7 @@ test: setup lint
 		$(MAKE) --no-print-directory test-images >build/test-images.log 2>&1 & images=$$!; \
 	fi; \
 	echo "[test] $(BESIDE) beside the single-process suites (log: build/beside.log)"; \
-	$(PY) -m pytest --durations=3 $(BESIDE) >build/beside.log 2>&1 & beside=$$!; \
+	$(PY) -m pytest --durations=8 $(BESIDE) >build/beside.log 2>&1 & beside=$$!; \
 	$(PY) -m pytest -n $(TEST_WORKERS) --durations=10 $(SINGLE_PROCESS_SUITES) || status=$$?; \
 	wait $$beside || status=$$?; cat build/beside.log; \
 	if [ -n "$$images" ]; then \

@@ -4,6 +4,7 @@ chain of real launches per backend (the fixture), its assertions spread over the
 
 Two letter sets with disjoint classes (tests/image_tree.py): A-E to pretrain, F-J the task.
 """
+import concurrent.futures
 import csv
 import io
 import json
@@ -149,19 +150,20 @@ def test_the_onnx_file_alone_predicts_what_the_framework_does(chain):
 def test_bad_inputs_end_with_one_line_and_status_2(chain):
     base, backend = chain["base"], chain["backend"]
     other = "torch" if backend == "tensorflow" else "tensorflow"
-    cases = {
-        "another architecture": hvdcls("train", "--backend", backend, *TRAIN, "--model",
-                                       "resnet18" if backend == "torch" else "mobilenet_v2",
-                                       "--data", str(chain["second"]), "--epochs", "1", "data.image_size=32",
-                                       "--output-dir", str(base / "wrong"), f"model.weights={chain['pretrain']}",
-                                       cwd=base),
-        "another backend's run": hvdcls("train", "--backend", other, *TRAIN, "--data", str(chain["second"]),
-                                        "--epochs", "1", "--output-dir", str(base / "wrong2"),
-                                        f"model.weights={chain['pretrain']}", cwd=base),
-        "classes that differ": hvdcls("evaluate", str(chain["finetune"]), "--data", str(chain["first"]), cwd=base),
-        "an unknown format": hvdcls("export", str(chain["finetune"]), "--format", "tflite", "-o",
-                                    str(base / "x"), cwd=base),
+    commands = {
+        "another architecture": ("train", "--backend", backend, *TRAIN, "--model",
+                                 "resnet18" if backend == "torch" else "mobilenet_v2",
+                                 "--data", str(chain["second"]), "--epochs", "1", "data.image_size=32",
+                                 "--output-dir", str(base / "wrong"), f"model.weights={chain['pretrain']}"),
+        "another backend's run": ("train", "--backend", other, *TRAIN, "--data", str(chain["second"]),
+                                  "--epochs", "1", "--output-dir", str(base / "wrong2"),
+                                  f"model.weights={chain['pretrain']}"),
+        "classes that differ": ("evaluate", str(chain["finetune"]), "--data", str(chain["first"])),
+        "an unknown format": ("export", str(chain["finetune"]), "--format", "tflite", "-o", str(base / "x")),
     }
+    # two at a time: each is one process, most of it a framework's import on one core
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        cases = dict(zip(commands, pool.map(lambda args: hvdcls(*args, cwd=base), commands.values())))
     for name, result in cases.items():
         lines = [line for line in result.stderr.splitlines() if line.startswith("hvdcls: error:")]
         assert result.returncode == 2 and len(lines) == 1, (name, result.stderr[-3000:])
