@@ -23,6 +23,7 @@ from hvdcls.config import Config
 from hvdcls.errors import UserError
 from torch_backend import zero
 from torch_backend.strategies.plain import MakeOptimizer, Plain, refuse_parameter_shards
+from torch_backend.weights import CHECKPOINT_FILE
 
 
 class Zero(Plain):
@@ -75,7 +76,7 @@ class Zero(Plain):
         refuse_parameter_shards(state, directory)
         if self.replicas:  # rank 0: the whole state, cut for every rank by broadcast_state
             if zero.IN_SHARD_FILES in state["optimizer"]:
-                raise UserError(f"cannot load {directory / 'torch.pt'} at parallel.tensor="
+                raise UserError(f"cannot load {directory / CHECKPOINT_FILE} at parallel.tensor="
                                 f"{self.replicas.layout.tensor}: its optimizer state is in training.zero's "
                                 "per-rank shard files; resume it at parallel.tensor=1")
             self.whole_optimizer = state["optimizer"]
