@@ -2,10 +2,11 @@
 
 TensorFlow is imported here, first, without what Keras imports only when it is installed:
 scikit-learn (for its scikit-learn wrappers), pandas (DataFrame inputs to `fit`) and
-matplotlib's pyplot (its image gallery), none of which hvdcls uses through Keras. Importing
-TensorFlow and Horovod's binding took 4.3 s with them and 2.5 s without (docs/testing.md#measured),
-on every rank of every TensorFlow job. Keras takes their absence as it takes an installation without them,
-and a later import of any of them (the digits' first load, a plot) works as usual.
+matplotlib's pyplot (its image gallery), none of which hvdcls uses through Keras. They are
+a large share of every TensorFlow rank's start (docs/testing.md#measured has the figures).
+Keras takes their absence as it takes an installation without them, and a later import of any
+of them (the digits' first load, a plot) works as usual. They are hidden process-wide while
+TensorFlow loads: the backend is imported from the main thread, before any loader thread.
 """
 import sys
 
