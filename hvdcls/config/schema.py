@@ -292,6 +292,10 @@ class HorovodConfig:
     stall_check_seconds: int = 60
     # ... and after this long every rank stops, non-zero, instead of hanging (0: never).
     stall_shutdown_seconds: int = 600
+    # Horovod's response cache (HOROVOD_CACHE_CAPACITY): None: the environment's, else off in an
+    # elastic run (a lost host could abort a survivor with it: docs/horovod-settings.md) and
+    # Horovod's own (on, 1024 entries) otherwise; True/False: on (1024) or off whatever the run.
+    response_cache: Optional[bool] = None
     powersgd: PowerSGDConfig = field(default_factory=PowerSGDConfig)
 
 

@@ -15,6 +15,18 @@ Nor in elastic mode: with both HOROVOD_FUSION_THRESHOLD and HOROVOD_CYCLE_TIME s
 torch, Gloo; either one alone did not), so an elastic run keeps Horovod's own pair, and where the
 config and the environment together still set both, the cycle time is dropped and the fusion
 threshold kept, with a warning (dropped_cycle()), rather than refusing a shipped config.
+
+An elastic run also turns Horovod's response cache off (HOROVOD_CACHE_CAPACITY=0), unless
+`horovod.response_cache` or the environment says otherwise. With the cache on, each cycle of
+Horovod's background loop starts with a small Gloo allreduce of a bit vector, on the same Gloo
+slot as the gradients' allreduces. When a host dies mid-allreduce, a survivor whose part failed
+goes on to the next cycle (Horovod catches the error), while a peer still holds a send of the
+failed allreduce for it: the survivor's 8-byte receive takes that send and Gloo aborts the process
+(`op.preamble.length <= op.nbytes. 27744 vs 8`). Horovod's driver then blacklists the survivor's
+host too and the job ends. Without the cache, coordination uses a gather and a broadcast, on slots
+of their own, and the loss reaches Horovod's elastic reset as an error. The price: Horovod's full
+negotiation every cycle, milliseconds a step, growing with the number of tensors.
+benchmarks/results/2026-12-07-elastic-cache/ has the reading of the sources and the runs.
 """
 from __future__ import annotations
 
@@ -25,6 +37,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, MutableMapping, Optional
 
 from hvdcls.config import HorovodConfig
+
+HOROVOD_CACHE_ENTRIES = "1024"  # Horovod 0.28.1's own response cache capacity
 
 # (the key's value, the whole section) -> the variable's text; None: set nothing.
 Convert = Callable[[Any, HorovodConfig], Optional[str]]
@@ -74,6 +88,10 @@ def _stall_shutdown(shutdown_seconds, config) -> str:
     return str(shutdown_seconds) if config.stall_check_seconds else "0"
 
 
+def _cache(on, _config) -> Optional[str]:
+    return None if on is None else (HOROVOD_CACHE_ENTRIES if on else "0")
+
+
 SETTINGS = (
     # 32 MB and 5 ms: ~3% more ResNet-18 steps/s at np=2 than Horovod's 128 MB and 1 ms (the bench).
     Setting("fusion_threshold_mb", "HOROVOD_FUSION_THRESHOLD", _megabytes, default=32.0),
@@ -85,12 +103,14 @@ SETTINGS = (
     Setting("stall_check_seconds", "HOROVOD_STALL_CHECK_DISABLE", _stall_disable, reported=False),
     Setting("stall_check_seconds", "HOROVOD_STALL_CHECK_TIME_SECONDS", _stall_check),
     Setting("stall_shutdown_seconds", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", _stall_shutdown),
+    Setting("response_cache", "HOROVOD_CACHE_CAPACITY", _cache),
 )
 # config key -> variable, for the settings in_force() reports.
 VARIABLES = {setting.key: setting.variable for setting in SETTINGS if setting.reported}
 # config key -> our default for it (what `hvdcls bench` runs every cell under, too).
 DEFAULTS = {setting.key: setting.default for setting in SETTINGS if setting.default is not None}
 FUSION, CYCLE = VARIABLES["fusion_threshold_mb"], VARIABLES["cycle_time_ms"]
+CACHE = VARIABLES["response_cache"]  # off in elastic mode unless set: elastic_defaults()
 FILES = ("autotune_log", "timeline")  # Horovod opens these itself and gives up on a missing folder
 
 
@@ -135,10 +155,19 @@ def dropped_cycle(config: HorovodConfig, environ: Mapping[str, str], elastic: bo
             f"with it and the fusion threshold both set, Horovod 0.28.1's rank 0 crashes when a host joins")
 
 
+def elastic_defaults(config: HorovodConfig, environ: Mapping[str, str], elastic: bool) -> dict[str, str]:
+    """In elastic mode, the response cache off unless the config or the environment sets it
+    (the docstring above says why)."""
+    if not elastic or config.response_cache is not None or CACHE in environ:
+        return {}
+    return {CACHE: "0"}
+
+
 def to_set(config: HorovodConfig, environ: Mapping[str, str], elastic: bool = False) -> dict[str, str]:
     """What to set, weakest first: our defaults, then (left as they are) the environment's, then
     the config's own; never the cycle time that dropped_cycle() drops."""
-    wanted = {**defaults(config, environ, elastic), **variables(config)}
+    wanted = {**defaults(config, environ, elastic), **elastic_defaults(config, environ, elastic),
+              **variables(config)}
     if dropped_cycle(config, environ, elastic):
         wanted.pop(CYCLE, None)
     return wanted
@@ -158,5 +187,6 @@ def apply(config: HorovodConfig, environ: MutableMapping[str, str] = os.environ,
 
 
 def in_force(environ: Mapping[str, str]) -> dict[str, str]:
-    """Every HOROVOD_* setting of VARIABLES, from the config or inherited from the launcher."""
+    """Every HOROVOD_* setting of VARIABLES, from the config, from our defaults or inherited from
+    the launcher."""
     return {name: environ.get(name, "default") for name in VARIABLES.values()}

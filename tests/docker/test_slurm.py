@@ -115,6 +115,9 @@ def test_an_elastic_job_loses_a_node_and_finishes_on_the_other(workload):
          "stderr:", *workload["E stderr"]])
     assert e["hosts"] == {"node1": 2} and e["resizes"] == 1, e  # the discovery's record, followed
     assert (summary["world_size"], summary["rank_hosts"]) == (2, ["node1", "node1"]), summary["rank_hosts"]
+    # Horovod's response cache off: with it a survivor could abort on a dead allreduce's leftovers
+    # (hvdcls.launching.horovod_env's docstring)
+    assert summary["horovod"]["environment"]["HOROVOD_CACHE_CAPACITY"] == "0", summary["horovod"]
     digests = summary["rank_weight_digests"]
     assert len(digests) == 2 and len(set(digests)) == 1, digests
     recoveries = summary["elastic"]["recoveries"]

@@ -9,7 +9,8 @@ from hvdcls.launching import horovod_env
 
 ALL = ("HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_HIERARCHICAL_ALLREDUCE",
        "HOROVOD_AUTOTUNE", "HOROVOD_AUTOTUNE_LOG", "HOROVOD_TIMELINE",
-       "HOROVOD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS")
+       "HOROVOD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_CACHE_CAPACITY")
+CACHE = "HOROVOD_CACHE_CAPACITY"  # elastic runs turn it off
 # The stall settings have defaults, so they are always set (Horovod's own never shuts down).
 STALL = {"HOROVOD_STALL_CHECK_DISABLE": "0", "HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
          "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "600"}
@@ -27,7 +28,7 @@ def test_defaults_set_the_stall_settings_and_our_fusion_and_cycle():
     assert horovod_env.variables(HorovodConfig()) == STALL  # what the config itself asks for
     environ = {"PATH": "/bin"}
     assert horovod_env.apply(HorovodConfig(), environ) == {
-        **{name: "default" for name in ALL}, **OURS, "HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
+        **dict.fromkeys(ALL, "default"), **OURS, "HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
         "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "600"}
     assert environ == {"PATH": "/bin", **STALL, **OURS}
     assert horovod_env.DEFAULTS == {"fusion_threshold_mb": 32.0, "cycle_time_ms": 5.0}
@@ -81,7 +82,7 @@ def test_apply_sets_and_reports():
                         "HOROVOD_HIERARCHICAL_ALLREDUCE": "default", "HOROVOD_AUTOTUNE": "1",
                         "HOROVOD_AUTOTUNE_LOG": "default", "HOROVOD_TIMELINE": "default",
                         "HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
-                        "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "600"}
+                        "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "600", CACHE: "default"}
     assert dict(os.environ) == before  # only the mapping passed in is touched
 
 
@@ -93,7 +94,7 @@ def test_config_beats_the_inherited_value():
 
 def test_in_force_ignores_other_variables():
     assert horovod_env.in_force({"HOROVOD_TIMELINE": "t.json", "HOROVOD_GPU_OPERATIONS": "NCCL"}) == {
-        **{name: "default" for name in ALL}, "HOROVOD_TIMELINE": "t.json"}
+        **dict.fromkeys(ALL, "default"), "HOROVOD_TIMELINE": "t.json"}
 
 
 def test_variables_of_some_keys_only():
@@ -155,6 +156,21 @@ def test_no_default_in_elastic_mode():
     in_force = horovod_env.apply(HorovodConfig(cycle_time_ms=2), {}, elastic=True)
     assert in_force["HOROVOD_FUSION_THRESHOLD"] == "default" and in_force["HOROVOD_CYCLE_TIME"] == "2"
     assert horovod_env.defaults(HorovodConfig(), {}, elastic=False) == OURS
+
+
+def test_elastic_mode_turns_the_response_cache_off_unless_told_otherwise():
+    """Its per-cycle Gloo allreduce shares the gradients' slot: a survivor of a lost host took a
+    failed allreduce's leftover send into it and aborted (the Slurm elastic test's CI failures)."""
+    environ: dict[str, str] = {}
+    assert horovod_env.apply(HorovodConfig(), environ, elastic=True)[CACHE] == "0" == environ[CACHE]
+    environ = {}
+    assert horovod_env.apply(HorovodConfig(), environ, elastic=False)[CACHE] == "default"
+    assert CACHE not in environ
+    environ = {CACHE: "512"}  # the launcher's, kept
+    assert horovod_env.apply(HorovodConfig(), environ, elastic=True)[CACHE] == "512" == environ[CACHE]
+    environ = {CACHE: "512"}  # the config's beats it, either way, elastic or not
+    assert horovod_env.apply(HorovodConfig(response_cache=True), environ, elastic=True)[CACHE] == "1024"
+    assert horovod_env.apply(HorovodConfig(response_cache=False), environ, elastic=False)[CACHE] == "0"
 
 
 @pytest.mark.parametrize("config, environ, where", [
