@@ -13,6 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from hvdcls.launching import launch
+from tests.parallel.test_elastic import discovery
 from tests.parallel.test_train import NO_PICTURES
 
 DIGITS = str(Path(__file__).resolve().parents[3] / "configs" / "digits.yaml")
@@ -20,10 +21,7 @@ DIGITS = str(Path(__file__).resolve().parents[3] / "configs" / "digits.yaml")
 
 def run(capacity: str, epochs: str, overrides: list[str]) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix=f"cache-{capacity}-", dir="/tmp"))
-    hosts, script = tmp / "hosts", tmp / "discover.sh"
-    hosts.write_text("localhost:2\n")
-    script.write_text(f"#!/bin/sh\ncat {hosts}\n")
-    script.chmod(0o755)
+    hosts, script = discovery(tmp, "localhost:2\n")
     command = launch.hvdcls_command("train", "--backend", "torch", "--config", DIGITS, "--output-dir",
                                     str(tmp / "run"), "--epochs", epochs, "--quiet", *overrides,
                                     "training.elastic=true", "training.commit_every=10", *NO_PICTURES)

@@ -18,6 +18,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from hvdcls.launching import launch
+from tests.parallel.test_elastic import discovery
 from tests.parallel.test_train import NO_PICTURES
 
 DIGITS = str(Path(__file__).resolve().parents[3] / "configs" / "digits.yaml")
@@ -50,10 +51,7 @@ def lose_a_host(job: subprocess.Popen, hosts: Path) -> str:
 
 def run_once(step: int, env: dict) -> tuple[int, bool, bool]:
     tmp = Path(tempfile.mkdtemp(prefix="host-loss-", dir="/tmp"))
-    hosts, script = tmp / "hosts", tmp / "discover.sh"
-    hosts.write_text("localhost:2\n127.0.0.1:2\n")
-    script.write_text(f"#!/bin/sh\ncat {hosts}\n")
-    script.chmod(0o755)
+    hosts, script = discovery(tmp, "localhost:2\n127.0.0.1:2\n")
     command = launch.hvdcls_command(
         "train", "--backend", "torch", "--config", DIGITS, "--output-dir", str(tmp / "run"), "--epochs", "2",
         "training.elastic=true", "training.commit_every=2", "training.log_every=1", "schedule.warmup_epochs=0",
