@@ -58,6 +58,7 @@ from tf_backend import (
     sync_bn,
     tensor_parallel,
 )
+from tf_backend.activations import saved_bytes
 from tf_backend.strategies import check_count, tf_variables, variable_bytes
 from tf_backend.weights import CHECKPOINT_FILE, load_initial_weights, refresh_normalization
 
@@ -495,6 +496,21 @@ class TensorFlowBackend(HorovodBackend):
         return {"param_bytes": self.strategy.held_params(), "grad_bytes": self.strategy.held_grads(),
                 "optimizer_state_bytes": variable_bytes(v for v in self.optimizer.variables if len(v.shape)),
                 **self.strategy.memory_extra()}
+
+    def saved_activation_bytes(self, step) -> Optional[int]:
+        # read from the graph the step ran (the traced function for the arguments it was given)
+        traced, calls = self._train_one, []
+
+        def recorded(*args):
+            calls.append(args)
+            return traced(*args)
+
+        self._train_one = recorded
+        try:
+            step()
+        finally:
+            self._train_one = traced
+        return saved_bytes(traced.get_concrete_function(*calls[-1]).graph) if calls else None
 
     def elastic_state(self, progress: dict):
         variables = tf_variables(self.model.variables) + tf_variables(self.optimizer.variables)

@@ -30,6 +30,7 @@ from hvdcls.files import fileio
 from hvdcls.horovod_backend import HorovodBackend, waits_asleep
 from hvdcls.maths import powersgd
 from torch_backend import compiled, data, decode, elastic, finetune, models, optimizers, recompute, tensor_parallel
+from torch_backend.activations import saved_bytes
 from torch_backend.sync_bn import SyncBatchNorm
 from torch_backend.weights import CHECKPOINT_FILE, load_initial_weights
 
@@ -371,20 +372,7 @@ class TorchBackend(HorovodBackend):
                 "optimizer_state_bytes": tensor_bytes(state), **self.strategy.memory_extra()}
 
     def saved_activation_bytes(self, step) -> int:
-        # autograd's saved-tensor hooks see every tensor the forward keeps for backward; a
-        # storage is counted once however many views of it are saved, a parameter's not at all
-        weights = {p.untyped_storage().data_ptr() for p in self.model.parameters()}
-        saved: dict[int, int] = {}
-
-        def pack(t: torch.Tensor) -> torch.Tensor:
-            storage = t.untyped_storage()
-            if storage.data_ptr() not in weights:
-                saved[storage.data_ptr()] = storage.nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            step()
-        return sum(saved.values())
+        return saved_bytes(self.model, step)
 
     def elastic_state(self, progress: dict):
         return elastic.make_state(self.model, self.optimizer, progress)

@@ -257,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     probe = anatomy_probe(args, backend, ctx.rank)
     reps = measured_reps(backend, feed, args, data_wait, probe.window() if probe else None)
     # one more step, untimed, counting what its forward keeps for backward (not under
-    # torch.compile, whose graphs the saved-tensor hooks would break)
+    # --compile: torch.compile's graphs would break the saved-tensor hooks, and XLA's gradient
+    # is a function of its own inside TensorFlow's step)
     activations = (None if args.compile == "on"
                    else backend.saved_activation_bytes(lambda: timed_steps(backend, feed, 1)))
     # after the timed steps: the optimizer state and the gradients exist (every rank: a collective)
