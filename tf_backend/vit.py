@@ -22,9 +22,23 @@ import tensorflow as tf
 
 from hvdcls.models import VIT_LN_EPSILON, ViT, vit_patches
 
+SQRT_HALF, INV_SQRT_2PI = 0.7071067811865476, 0.3989422804014327  # 1/sqrt(2), 1/sqrt(2 pi)
+
 
 def gelu(x):
-    return keras.activations.gelu(x, approximate=False)  # torch's nn.GELU(): the erf form
+    """torch's nn.GELU(), the erf form, with a backward that reads its input alone: the form
+    TensorFlow builds from primitives keeps four more tensors of the MLP's width for backward,
+    as tf_backend/activations.py counts (torch's GELU keeps one)."""
+    return gelu_keeping_input(x)
+
+
+@tf.custom_gradient
+def gelu_keeping_input(x):
+    def backward(upstream):
+        cdf = 0.5 * (1.0 + tf.math.erf(x * tf.cast(SQRT_HALF, x.dtype)))
+        density = tf.exp(-0.5 * tf.square(x)) * tf.cast(INV_SQRT_2PI, x.dtype)
+        return upstream * (cdf + x * density)  # d/dx x * cdf(x)
+    return keras.activations.gelu(x, approximate=False), backward
 
 
 class Tokens(keras.layers.Layer):

@@ -9,6 +9,7 @@ from tests.cases.memory import *  # noqa: F401,F403 (the shared cases, collected
 from tests.cases.memory import CLASSES, trained_one_step
 from tests.tf_backend.test_batches import TensorFlowFramework
 from tf_backend import activations
+from tf_backend.vit import gelu
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +44,22 @@ def test_tensorflow_counts_what_the_backward_reads_from_the_forward_once_and_not
     # float32: the input (10x64), ReLU's output (10x32: read by ReLU's gradient and the second
     # layer's), the head's input (10x64); not the kernels the gradients read, nor AdamW's reads
     assert activations.saved_bytes(traced_step()) == 4 * (10 * 64 + 10 * 32 + 10 * 64)
+
+
+def test_the_vits_gelu_keeps_its_input_and_output_only():
+    """(10, 64) into Dense(32, the ViT's GELU), Dense(4): the input, GELU's input (its own
+    backward's) and output (the second layer's), as torch keeps them."""
+    model = keras.Sequential([keras.layers.Dense(32, activation=gelu), keras.layers.Dense(4)])
+    model.build((None, 64))
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x, training=True))
+        return tape.gradient(loss, model.trainable_variables)
+
+    x = tf.ones((10, 64))
+    assert activations.saved_bytes(step.get_concrete_function(x).graph) == 4 * (10 * 64 + 2 * 10 * 32)
 
 
 def test_a_recomputed_block_keeps_only_its_input():

@@ -20,7 +20,7 @@ import tensorflow as tf  # noqa: E402
 from hvdcls import models as spec  # noqa: E402
 from hvdcls.errors import UserError  # noqa: E402
 from tf_backend import models, recompute  # noqa: E402
-from tf_backend.vit import EncoderBlock  # noqa: E402
+from tf_backend.vit import EncoderBlock, gelu  # noqa: E402
 
 CLASSES = 10
 TINY = spec.ViT(patch_size=4, hidden=16, layers=2, heads=2, mlp=32)  # the checkpointing tests'
@@ -80,6 +80,19 @@ def tiny_vit() -> keras.Model:
     head = model.get_layer("head")  # a zero head would leave every other gradient 0
     head.kernel.assign(np.random.default_rng(0).standard_normal(head.kernel.shape).astype(np.float32))
     return model
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(tf.float32, 1e-6), (tf.bfloat16, 1e-2)])
+def test_gelu_is_the_erf_form_and_its_gradient_is_the_composed_forms(dtype, tolerance):
+    """The ViT's GELU computes Keras' exact one and, from its input alone, the gradient that
+    autodiff of the composed form gives (to rounding: the two formulas order it differently)."""
+    x = tf.cast(tf.linspace(-6.0, 6.0, 241), dtype)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        mine, composed = gelu(x), keras.activations.gelu(x, approximate=False)
+    assert np.array_equal(mine.numpy(), composed.numpy())
+    np.testing.assert_allclose(tf.cast(tape.gradient(mine, x), tf.float32).numpy(),
+                               tf.cast(tape.gradient(composed, x), tf.float32).numpy(), atol=tolerance)
 
 
 def test_checkpointing_leaves_one_steps_gradients_and_state_as_they_were(monkeypatch):
