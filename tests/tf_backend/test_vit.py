@@ -3,8 +3,9 @@ hvdcls.models (so against torchvision's, tests/torch_backend/test_vit.py), and a
 checkpointing leaving one step's gradients as they were.
 
 Mirror: tests/torch_backend/test_vit.py (same cases; torch alone checks the table against
-torchvision's builders, and checkpoints ResNet stages, which TensorFlow refuses). One case is
-here alone, needing both frameworks: torchvision's weights, loaded into our ViT, give its logits.
+torchvision's builders, and checkpoints ResNet stages, which TensorFlow refuses). Two cases are
+here alone: torchvision's weights, loaded into our ViT, give its logits (both frameworks); the
+GELU's own gradient (torch's nn.GELU comes with one).
 """
 import dataclasses
 import os

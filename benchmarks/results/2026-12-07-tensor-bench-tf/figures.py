@@ -1,0 +1,24 @@
+"""figures.json from the two runs' bench.json (run from this directory): TensorFlow's activation
+bytes at T=1 with the GELU that ships over those with the composed GELU, for ViT-B/16 and
+ViT-L/16 (the same ratio to two decimals, which docs/benchmarks.md quotes)."""
+import json
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def tf_t1_activations(directory: Path) -> float:
+    cells = json.loads((directory / "bench.json").read_text())["cells"]
+    return next(c["activation_bytes"] for c in cells if c["backend"] == "tensorflow" and c["tensor"] == 1)
+
+
+def figures() -> dict:
+    ratios = [tf_t1_activations(HERE / model) / tf_t1_activations(HERE / "composed-gelu" / model)
+              for model in ("vit_b_16", "vit_l_16")]
+    assert round(ratios[0], 2) == round(ratios[1], 2), ratios
+    return {"tf_t1_activations_vs_composed_gelu": ratios[0],
+            "tf_t1_activations_vs_composed_gelu_vit_l_16": ratios[1]}
+
+
+if __name__ == "__main__":
+    (HERE / "figures.json").write_text(json.dumps(figures(), indent=1) + "\n")
