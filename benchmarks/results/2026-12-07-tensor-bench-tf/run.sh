@@ -14,3 +14,9 @@ for round in 1 2 3; do
     horovodrun -np 2 -H localhost:2 python $out/forward_share.py $mode 2>&1 | grep -o "$mode: [^[]*"
   done
 done | tee $out/forward_share.txt
+# The GELU's own gradient against the composed form, one process, interleaved (gelu_speed.py)
+for round in 1 2 3 4; do
+  for mode in shipped composed; do
+    python $out/gelu_speed.py $mode 2>&1 | grep -o "$mode: .*"
+  done
+done | tee $out/gelu_speed.txt
