@@ -5,7 +5,7 @@ TensorFlow has no hook on the tensors a step keeps: tf.function builds the forwa
 GradientTape, the backward as one graph and frees a tensor once its last consumer has run. So
 what the forward keeps for backward is what the backward reads from the forward: the inputs,
 produced by no backward op, of the ops the tape made (named under `gradient_tape/`) and of
-every op computed from theirs (a recomputed block's forward among them).
+the ops between theirs (a recomputed block's forward among them).
 A tensor counts once, its views (Reshape, Identity, ...) as the tensor they alias; the
 variables' values (the parameters) and constants not at all, as torch's count leaves out the
 parameters. tf.recompute_grad's blocks recompute inside the backward, so only their inputs
@@ -63,7 +63,7 @@ def saved_bytes(graph: tf.Graph) -> Optional[int]:
     for op in backward:
         for tensor in (aliased(t) for t in op.inputs if t.op not in backward):
             if (tensor.op in backward or tensor.op.type in NOT_ACTIVATIONS or tensor.dtype == tf.resource
-                    or tensor.shape.rank == 0):  # a scalar: the update's step count or rate, no activation
+                    or tensor.shape.rank == 0):  # a scalar (a factor such as the loss scale): no activation
                 continue
             if not tensor.shape.is_fully_defined():
                 return None
