@@ -26,9 +26,9 @@ SQRT_HALF, INV_SQRT_2PI = 0.7071067811865476, 0.3989422804014327  # 1/sqrt(2), 1
 
 
 def gelu(x):
-    """torch's nn.GELU(), the erf form, with a backward that reads its input alone: the form
-    TensorFlow builds from primitives keeps four more tensors of the MLP's width for backward,
-    as tf_backend/activations.py counts (torch's GELU keeps one)."""
+    """torch's nn.GELU(), the erf form, with a backward that reads its input alone, as torch's
+    does: the form TensorFlow builds from primitives keeps three more tensors of the MLP's width
+    for backward (its intermediates), as tf_backend/activations.py counts."""
     return gelu_keeping_input(x)
 
 
