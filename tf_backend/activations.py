@@ -62,7 +62,8 @@ def saved_bytes(graph: tf.Graph) -> Optional[int]:
     kept: dict = {}
     for op in backward:
         for tensor in (aliased(t) for t in op.inputs if t.op not in backward):
-            if (tensor.op in backward or tensor.op.type in NOT_ACTIVATIONS or tensor.dtype == tf.resource
+            # (a view's tensor is outside the backward too: its own view would be a backward op)
+            if (tensor.op.type in NOT_ACTIVATIONS or tensor.dtype == tf.resource
                     or tensor.shape.rank == 0):  # a scalar (a factor such as the loss scale): no activation
                 continue
             if not tensor.shape.is_fully_defined():
