@@ -200,6 +200,10 @@ def _validate_tensor(config: Config) -> None:
         raise UserError(f"config parallel.tensor={tensor} splits the ViTs' encoder blocks ({', '.join(VIT)}); "
                         f"model.name={config.model.name!r} has none")
     check_heads(tensor, spec.heads, config.model.name)
+    if config.optimizer.name in ("lars", "lamb"):
+        raise UserError(f"config parallel.tensor={tensor} with optimizer.name={config.optimizer.name}: its "
+                        "trust ratio needs each layer's whole norm, and a rank holds part of a split layer; "
+                        "use sgd, adam or adamw")
     conflict = _tensor_conflict(config)
     if conflict:
         raise UserError(f"config parallel.tensor={tensor} with {conflict}: not built for tensor "

@@ -158,6 +158,8 @@ def test_a_block_that_does_not_split_evenly_says_which_entry():
     (["parallel.tensor=2", "model.name=vit_b_16", "training.elastic=true"], "elastic"),
     (["parallel.tensor=2", "model.name=vit_b_16", "training.balance=dynamic"], "balance=dynamic"),
     (["parallel.tensor=2", "model.name=vit_b_16", "training.zero=3"], "zero=3"),
+    (["parallel.tensor=2", "model.name=vit_b_16", "optimizer.name=lars"], "lars: its trust ratio"),
+    (["parallel.tensor=2", "model.name=vit_b_16", "optimizer.name=lamb"], "whole norm"),
     (["parallel.tensor=0"], ">= 1"),
 ])
 def test_config_refuses_in_one_line(overrides, message):
