@@ -498,7 +498,12 @@ class TensorFlowBackend(HorovodBackend):
                 **self.strategy.memory_extra()}
 
     def saved_activation_bytes(self, step) -> Optional[int]:
-        # read from the graph the step ran (the traced function for the arguments it was given)
+        graph = self.step_graph(step)
+        return None if graph is None else saved_bytes(graph)
+
+    def step_graph(self, step) -> Optional[tf.Graph]:
+        """The graph `step()` ran: the traced train step for the arguments it was given (None
+        if it did not run one)."""
         traced, calls = self._train_one, []
 
         def recorded(*args):
@@ -510,7 +515,7 @@ class TensorFlowBackend(HorovodBackend):
             step()
         finally:
             self._train_one = traced
-        return saved_bytes(traced.get_concrete_function(*calls[-1]).graph) if calls else None
+        return traced.get_concrete_function(*calls[-1]).graph if calls else None
 
     def elastic_state(self, progress: dict):
         variables = tf_variables(self.model.variables) + tf_variables(self.optimizer.variables)
