@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import os
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import horovod.tensorflow as hvd
 import keras
@@ -61,16 +62,24 @@ class ShardedOptimizer:
         self.norm_shares = norm_shares
         self.sizes = [int(np.prod(v.shape)) for v in variables]
         self.buckets = buckets or plan(self.sizes, self.size)
-        # autocast off: zero=3 reads them inside a layer's call, where mixed precision would cast
-        self.shards = [keras.Variable(np.zeros(b.shard, np.float32) if slices is None else slices[i],
-                                      name=f"{SLICE}_{i}", autocast=False)
-                       for i, b in enumerate(self.buckets)]
+        self.shards = [self._shard(i, b, slices) for i, b in enumerate(self.buckets)]
         self.local = make_optimizer()
         self.local.build(self.shards)
         self.scalars, self.kinds = self._layout()
         self.gathered: Optional[list] = None  # the unsharded optimizer's arrays, from gather()
         self.loaded: Optional[list | dict] = None  # what load_full() read (or the shards' directory)
         self.in_files = False  # write_shard() wrote this rank's slices for the coming save()
+
+    @staticmethod
+    def _shard(i: int, bucket: Bucket, slices: Optional[list]) -> keras.Variable:
+        """Bucket i's slice as a variable (zeros, or zero=3's first values, each dropped from
+        `slices` once copied: TensorFlow keeps the whole model's freed memory for its own
+        tensors, so the NumPy copies would add 2 GB a rank to ViT-g/14's build)."""
+        value = np.zeros(bucket.shard, np.float32) if slices is None else slices[i]
+        if slices is not None:
+            slices[i] = None
+        # autocast off: zero=3 reads them inside a layer's call, where mixed precision would cast
+        return keras.Variable(value, name=f"{SLICE}_{i}", autocast=False)
 
     def _layout(self) -> tuple[int, list[str]]:
         """(0-d variables first, slot kinds per variable), checked against the local optimizer's
@@ -228,31 +237,33 @@ class ShardedOptimizer:
         return out
 
     def _read_shard(self, path: Path, buckets: list[Bucket]) -> dict[str, np.ndarray]:
-        try:
-            with np.load(path) as stored:
-                arrays = {k: stored[k] for k in stored.files}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-            raise UserError(f"cannot load {path}: {err or type(err).__name__}") from None
-        if arrays.pop("numels", np.zeros(0)).tolist() != [b.numel for b in buckets]:
-            raise UserError(f"cannot load {path}: its training.zero buckets are not this model's")
-        return arrays
+        with _opened(path, buckets) as stored:
+            return {k: _member(path, stored, k) for k in stored.files if k != "numels"}
 
     def load_shards_from(self, directory: Path) -> None:
         """Rank 0: the checkpoint's optimizer state is in shard files (follow with broadcast_state())."""
         self.loaded = {IN_SHARD_FILES: str(directory)}
 
     def _load_shards(self, directory: Path) -> None:
-        """Every rank reads its slices; one that cannot stops every rank, with its reason."""
+        """Every rank reads its slices; one that cannot stops every rank, with its reason. At the
+        world size that wrote them, one array at a time from this rank's own file, each assigned
+        as it is read (a whole file's arrays beside the built state killed the resume of
+        TensorFlow's ViT-H/14 at zero=3); at another, re-cut from every rank's file."""
+        error = None
         try:
-            arrays, error = self.read_shards(directory, self.buckets, self.rank), None
+            own = own_shard(directory, SHARD_SUFFIX, self.rank, self.buckets[0].world)
+            if own is None:
+                self.assign_shard_arrays(self.read_shards(directory, self.buckets, self.rank))
+            else:
+                with _opened(own, self.buckets) as stored:
+                    self.assign_shard_arrays(_Members(own, stored))
         except UserError as err:
-            arrays, error = {}, f"rank {self.rank}: {err}"
+            error = f"rank {self.rank}: {err}"
         errors = [e for e in hvd.allgather_object(error, name="zero.shards_read") if e]
         if errors:
             raise UserError(errors[0])
-        self.assign_shard_arrays(arrays)
 
-    def assign_shard_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+    def assign_shard_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
         for i, v in enumerate(self.local.variables[:self.scalars]):
             v.assign(arrays[f"scalar/{i}"])
         for b in range(len(self.buckets)):
@@ -282,6 +293,44 @@ class ShardedOptimizer:
             for k in range(len(self.kinds)):
                 per_variable = {i: arrays[self.scalars + i * len(self.kinds) + k] for i in bucket.params}
                 self.slot(b, k).assign(self._own(bucket, per_variable))
+
+
+@contextmanager
+def _opened(path: Path, buckets: list[Bucket]) -> Iterator[Any]:
+    """A shard file, open, once its buckets are checked to be `buckets` (one line if not)."""
+    try:
+        stored = np.load(path)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise UserError(f"cannot load {path}: {err or type(err).__name__}") from None
+    with stored:
+        if _member(path, stored, "numels").tolist() != [b.numel for b in buckets]:
+            raise UserError(f"cannot load {path}: its training.zero buckets are not this model's")
+        yield stored
+
+
+def _member(path: Path, stored: Any, name: str) -> np.ndarray:
+    try:
+        return stored[name]
+    except KeyError:
+        raise UserError(f"cannot load {path}: it holds no {name!r}") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise UserError(f"cannot load {path}: {err or type(err).__name__}") from None
+
+
+class _Members(Mapping[str, np.ndarray]):
+    """A shard file's arrays by name, each read when it is looked up."""
+
+    def __init__(self, path: Path, stored: Any):
+        self.path, self.stored = path, stored
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return _member(self.path, self.stored, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.stored.files)
+
+    def __len__(self) -> int:
+        return len(self.stored.files)
 
 
 def tf_values(variables) -> dict:
